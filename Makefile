@@ -1,0 +1,32 @@
+# Two-command quick start: `make demo` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Stamp files record what is installed, so a second `make` goes straight to the work.
+$(VENV)/.core: pyproject.toml | $(BIN)/python
+	$(PIP) -e .
+	@touch $@
+
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[test]'
+	@touch $@
+
+demo: $(VENV)/.core
+	$(BIN)/python -m fedopt demo
+
+test: $(VENV)/.test
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.test
+	$(BIN)/python -m pytest bench --benchmark-enable --benchmark-only --benchmark-columns=min,median,rounds
+
+clean:
+	rm -rf $(VENV) .pytest_cache .benchmarks
+	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -1,0 +1,30 @@
+"""fedopt: composite federated optimization on compiled kernels.
+
+Minimise ``sum_i w_i f_i(x) + phi(x)`` over simulated clients with FedNMap, FedCanon, DEPOSITUM,
+LIPPAX and their baselines; the hot loops are Numba (CPU) and CuPy + Numba-CUDA (GPU) kernels.
+Submodules load on first use, so ``import fedopt`` stays cheap and never imports CuPy or Numba.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = ("regularizers", "kernels")
+
+__all__ = ["__version__", "available_backends", "get_backend", *_SUBMODULES]
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"fedopt.{name}")
+    if name in ("get_backend", "available_backends"):
+        from fedopt import _backend
+
+        return _backend.get_backend if name == "get_backend" else _backend.available
+    raise AttributeError(f"module 'fedopt' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

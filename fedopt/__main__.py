@@ -1,0 +1,3 @@
+from fedopt.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""Compiled hot loops: arrays in, arrays out, no policy.
+
+Three modules implement the same functions with the same signatures:
+
+* :mod:`fedopt.kernels.reference` -- plain NumPy, the readable ground truth and test oracle;
+* :mod:`fedopt.kernels.cpu` -- Numba ``@njit`` kernels (fused, one pass, ``prange`` where it pays);
+* :mod:`fedopt.kernels.gpu` -- CuPy element-wise kernels and Numba-CUDA kernels.
+
+Conventions shared by all three
+-------------------------------
+* Arrays are 2-D and C-contiguous, one row per client: ``z`` has shape ``(n, p)``; a single
+  vector is passed as a ``(1, p)`` view. Rows are independent.
+* float32 or float64, the same dtype for every array argument of one call (``theta`` excepted).
+* Every kernel writes into ``out`` (which may be the input itself) and returns it.
+* NaN and inf propagate: a prox of a NaN coordinate is NaN, so that divergence stays visible.
+
+Prox functions (``prox_{step * phi}`` of a regularizer ``phi``)
+----------------------------------------------------------------
+``prox_elementwise(z, kind, theta, w, out)``
+    Separable regularizers, one code path selected by ``kind`` (the constants below), scalar
+    parameters in the float64 vector ``theta`` (already multiplied by the step) and
+    per-coordinate parameters in the rows of ``w`` (shape ``(k, p)``; ``(0, 0)`` when unused).
+``prox_group(z, starts, order, tau, scale, out)``
+    Block soft-thresholding: coordinates ``order[starts[g]:starts[g+1]]`` form group ``g``
+    (``order`` of length 0 means the identity permutation), each shrunk by
+    ``scale * max(0, 1 - tau[g] / ||z_g||)``.
+``project_l2_ball(z, center, radius, out)``
+    Projection of each row on ``{x : ||x - center|| <= radius}``; ``center`` has length p or 0
+    (the origin).
+``project_simplex(z, radius, out)`` / ``project_l1_ball(z, radius, out)``
+    Projection of each row on ``{x >= 0, sum x = radius}`` / ``{||x||_1 <= radius}``; a row with
+    a non-finite entry becomes all NaN.
+``prox_nuclear(z, n_rows, tau, out)``
+    Singular-value soft-thresholding of each row read as an ``(n_rows, p // n_rows)`` matrix in
+    C order, by a LAPACK/cuSOLVER SVD.
+
+Fused normal-map step (the FedNMap local step)
+----------------------------------------------
+``normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out)``
+    ``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)`` and
+    ``x_out = prox_elementwise(z_out)`` in one pass. ``z``, ``g``, ``z_out``, ``x_out`` are
+    ``(n, p)``; ``c`` is ``(n, p)`` or ``(0, 0)`` (absent); ``z_ref`` and ``x_ref`` are ``(p,)``,
+    shared by all rows. Non-separable regularizers pass ``kind=IDENTITY`` and apply their own
+    prox afterwards.
+"""
+
+# Codes of the separable prox kernels, and the layout of ``theta`` / ``w`` for each.
+IDENTITY = 0  # x = v
+SOFT = 1  # theta = (tau, scale): x = scale * sign(v) * max(|v| - tau, 0)
+SOFT_WEIGHTED = 2  # theta = (tau, scale), w[0] = weights: threshold tau * w[0, j]
+CLIP = 3  # theta = (lo, hi): x = clip(v, lo, hi)
+CLIP_VECTOR = 4  # w[0] = lower bounds, w[1] = upper bounds
+MCP = 5  # theta = (tau, knee, inv): 0 | sign(v)(|v| - tau) * inv | v, split at tau and knee
+SCAD = 6  # theta = (tau, knee1, knee2, shift, inv): soft | sign(v)(|v| - shift) * inv | v
+
+KIND_NAMES = {
+    IDENTITY: "identity",
+    SOFT: "soft",
+    SOFT_WEIGHTED: "soft_weighted",
+    CLIP: "clip",
+    CLIP_VECTOR: "clip_vector",
+    MCP: "mcp",
+    SCAD: "scad",
+}

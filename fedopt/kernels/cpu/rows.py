@@ -1,0 +1,230 @@
+"""Non-separable prox operators (group lasso, l2 ball, simplex, l1 ball) as Numba kernels."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from fedopt.kernels.cpu._jit import inline, kernel
+from fedopt.kernels.cpu.elementwise import BLOCK
+
+#: Elements per chunk of the chunked simplex projection (see :func:`_simplex_threshold_rows`).
+SIMPLEX_CHUNK = 1 << 16
+
+
+@kernel
+def prox_group_kernel(z, starts, order, tau, scale, out):
+    """Per (row, group): ``out[i, G] = scale * max(0, 1 - tau[g] / ||z[i, G]||) * z[i, G]``, ``G = order[starts[g]:starts[g+1]]``."""
+    n = z.shape[0]
+    n_groups = starts.shape[0] - 1
+    permuted = order.shape[0] > 0
+    for task in prange(n * n_groups):
+        i = task // n_groups
+        g = task - i * n_groups
+        squares = 0.0
+        for k in range(starts[g], starts[g + 1]):
+            v = z[i, order[k] if permuted else k]
+            squares += v * v
+        norm = math.sqrt(squares)
+        # NaN norm keeps NaN; a zero block (norm <= tau) is zeroed, never divided by 0.
+        factor = 0.0 if norm <= tau[g] else scale * (1.0 - tau[g] / norm)
+        for k in range(starts[g], starts[g + 1]):
+            j = order[k] if permuted else k
+            out[i, j] = factor * z[i, j]
+
+
+@kernel
+def _row_squared_distances(z, center, partial):
+    """``partial[i, b] = sum((z[i, block b] - center[block b])**2)``; ``center`` may be empty (origin)."""
+    n, p = z.shape
+    blocks = partial.shape[1]
+    has_center = center.shape[0] > 0
+    for task in prange(n * blocks):
+        i = task // blocks
+        b = task - i * blocks
+        total = 0.0
+        for j in range(b * BLOCK, min((b + 1) * BLOCK, p)):
+            d = z[i, j] - center[j] if has_center else z[i, j]
+            total += d * d
+        partial[i, b] = total
+
+
+@kernel
+def _scale_rows_about(z, center, factor, out):
+    """``out[i] = center + (z[i] - center) * factor[i]``; ``center`` may be empty (origin)."""
+    n, p = z.shape
+    blocks = (p + BLOCK - 1) // BLOCK
+    has_center = center.shape[0] > 0
+    for task in prange(n * blocks):
+        i = task // blocks
+        j0 = (task - i * blocks) * BLOCK
+        f = factor[i]
+        if has_center:
+            for j in range(j0, min(j0 + BLOCK, p)):
+                out[i, j] = center[j] + (z[i, j] - center[j]) * f
+        else:
+            for j in range(j0, min(j0 + BLOCK, p)):
+                out[i, j] = z[i, j] * f
+
+
+def project_l2_ball(z, center, radius, out):
+    """``out = c + (z - c) * min(1, radius / ||z - c||)`` per row: a norm pass, then a scale pass."""
+    n, p = z.shape
+    partial = np.empty((n, (p + BLOCK - 1) // BLOCK))
+    _row_squared_distances(z.size, z, center, partial)
+    norms = np.sqrt(partial.sum(axis=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(norms > radius, radius / norms, 1.0)
+    factor[np.isnan(norms)] = np.nan
+    _scale_rows_about(z.size, z, center, factor, out)
+    return out
+
+
+@inline
+def _condat_threshold(y, j0, j1, use_abs, radius, buf, b0):
+    """Threshold of the simplex projection of ``y[j0:j1]`` (or of ``|y[j0:j1]|``), by Condat's method.
+
+    Returns ``(tau, k, total)``: the projection is ``max(y - tau, 0)``, ``buf[b0:b0 + k]`` holds
+    the active entries ``y > tau`` and ``total`` is ``sum(y[j0:j1])`` (NaN or inf when an entry is).
+    One pass keeps a candidate list whose ``rho = (sum - radius) / size`` never exceeds ``tau``,
+    so any entry at or below ``rho`` can be dropped for good; lists set aside on the way are
+    re-scanned once, then the list is pruned until stable. The lists live in ``buf``: the ones
+    set aside in ``[b0, lo)``, the current one in ``[lo, hi)``.
+    (L. Condat, "Fast projection onto the simplex and the l1 ball", Math. Program., 2016.)
+    """
+    first = abs(y[j0]) if use_abs else y[j0]
+    total = first
+    lo, hi = b0, b0 + 1
+    buf[lo] = first
+    rho = first - radius
+    for j in range(j0 + 1, j1):
+        v = abs(y[j]) if use_abs else y[j]
+        total += v
+        if v > rho:
+            rho += (v - rho) / (hi - lo + 1)
+            if rho <= v - radius:  # v alone beats the list: set the list aside, start anew
+                lo = hi
+                rho = v - radius
+            buf[hi] = v
+            hi += 1
+    # Re-scan the entries set aside, moving those above rho into the list (downwards from lo).
+    for k in range(lo - 1, b0 - 1, -1):
+        v = buf[k]
+        if v > rho:
+            lo -= 1
+            buf[k] = buf[lo]
+            buf[lo] = v
+            rho += (v - rho) / (hi - lo)
+    # Prune entries at or below rho until none is left to drop.
+    changed = True
+    while changed:
+        changed = False
+        kept = lo
+        for k in range(lo, hi):
+            v = buf[k]
+            if v > rho:
+                buf[kept] = v
+                kept += 1
+            else:
+                rho += (rho - v) / (hi - lo - 1 - (k - kept))
+                changed = True
+        hi = kept
+    # tau from an exact sum over the final active set, moved to the front of buf.
+    active = 0.0
+    for k in range(lo, hi):
+        active += buf[k]
+        buf[b0 + k - lo] = buf[k]
+    count = hi - lo
+    return (active - radius) / count, count, total
+
+
+@kernel
+def _chunk_thresholds(z, use_abs, radius, buf, taus, counts, totals):
+    """Condat's threshold of every (row, chunk); the chunk's candidates stay at its start in ``buf``.
+
+    A chunk's threshold never exceeds its row's (fewer entries share the same radius), so the
+    entries it drops are inactive for the whole row too.
+    """
+    n, p = z.shape
+    chunks = taus.shape[1]
+    for task in prange(n * chunks):
+        i = task // chunks
+        c = task - i * chunks
+        j0 = c * SIMPLEX_CHUNK
+        tau, count, total = _condat_threshold(z[i], j0, min(j0 + SIMPLEX_CHUNK, p), use_abs, radius, buf[i], j0)
+        taus[i, c] = tau
+        counts[i, c] = count
+        totals[i, c] = total
+
+
+@kernel
+def _merge_chunks(buf, counts, radius, scratch, taus):
+    """Per row: gather the chunks' candidates to the front of ``buf[i]`` and threshold them together."""
+    n = buf.shape[0]
+    chunks = counts.shape[1]
+    for i in prange(n):
+        size = 0
+        for c in range(chunks):
+            for k in range(counts[i, c]):
+                buf[i, size + k] = buf[i, c * SIMPLEX_CHUNK + k]
+            size += counts[i, c]
+        taus[i] = _condat_threshold(buf[i], 0, size, False, radius, scratch[i], 0)[0]
+
+
+@kernel
+def _shrink_rows(z, taus, use_abs, out):
+    """``out = max(z - tau, 0)`` (simplex) or ``sign(z) * max(|z| - tau, 0)`` (l1 ball), NaN rows for NaN tau."""
+    n, p = z.shape
+    blocks = (p + BLOCK - 1) // BLOCK
+    for task in prange(n * blocks):
+        i = task // blocks
+        j0 = (task - i * blocks) * BLOCK
+        tau = taus[i]
+        if math.isnan(tau):
+            for j in range(j0, min(j0 + BLOCK, p)):
+                out[i, j] = math.nan
+        elif use_abs:
+            for j in range(j0, min(j0 + BLOCK, p)):
+                v = z[i, j]
+                out[i, j] = math.copysign(abs(v) - tau, v) if abs(v) > tau else 0.0
+        else:
+            for j in range(j0, min(j0 + BLOCK, p)):
+                v = z[i, j]
+                out[i, j] = v - tau if v > tau else 0.0
+
+
+def _simplex_thresholds(z, radius, use_abs):
+    """Per-row threshold ``tau`` of the simplex projection of ``z`` (or ``|z|``); NaN for non-finite rows."""
+    n, p = z.shape
+    chunks = (p + SIMPLEX_CHUNK - 1) // SIMPLEX_CHUNK
+    buf = np.empty((n, p))  # pages are touched only where candidates are written
+    taus = np.empty((n, chunks))
+    counts = np.empty((n, chunks), dtype=np.int64)
+    totals = np.empty((n, chunks))
+    _chunk_thresholds(z.size, z, use_abs, float(radius), buf, taus, counts, totals)
+    if chunks == 1:
+        tau = taus[:, 0].copy()
+    else:
+        tau = np.empty(n)
+        sizes = counts.sum(axis=1)
+        work = int(sizes.sum()) if n > 1 else 0  # parallel over rows only
+        _merge_chunks(work, buf, counts, float(radius), np.empty((n, int(sizes.max()))), tau)
+    row_totals = totals.sum(axis=1)
+    if use_abs:
+        tau[row_totals <= radius] = 0.0  # already inside the l1 ball: the projection is the identity
+    tau[~np.isfinite(row_totals)] = np.nan
+    return tau
+
+
+def project_simplex(z, radius, out):
+    """``out = max(z - tau, 0)`` per row, with ``tau`` such that each row sums to ``radius``."""
+    _shrink_rows(z.size, z, _simplex_thresholds(z, radius, False), False, out)
+    return out
+
+
+def project_l1_ball(z, radius, out):
+    """``out = z`` if ``||z||_1 <= radius`` else ``sign(z) * simplex(|z|, radius)``, per row."""
+    _shrink_rows(z.size, z, _simplex_thresholds(z, radius, True), True, out)
+    return out

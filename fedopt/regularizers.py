@@ -1,0 +1,620 @@
+"""Regularizers ``phi`` of the composite problem ``min_x sum_i w_i f_i(x) + phi(x)``.
+
+Each regularizer is a frozen dataclass with
+
+* ``value(x)``: ``phi(x)`` of a vector, or of every row of an ``(n_clients, p)`` batch;
+* ``prox(z, step, out=None)``: ``prox_{step * phi}(z) = argmin_x phi(x) + ||x - z||^2 / (2 step)``,
+  of a vector or row by row of a batch;
+* ``normal_map_step(...)``: the fused FedNMap local step (see :meth:`Regularizer.normal_map_step`);
+* ``weak_convexity``: ``rho >= 0`` such that ``phi + (rho / 2) ||x||^2`` is convex (0 when convex).
+  The prox of a weakly convex ``phi`` is single-valued only for ``step * rho < 1``, and
+  :meth:`Regularizer.check_step` refuses larger steps.
+
+``prox`` runs on the backend that holds the array (NumPy arrays on ``"numba"``, CuPy arrays on
+``"gpu"``) unless ``backend=`` names another (``"numpy"`` runs the reference). Inputs are
+converted once to C-contiguous float32 or float64 (other dtypes become float64).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fedopt import kernels as K
+from fedopt._backend import Backend, backend_for, canonical_dtype
+
+_NO_ROWS = {}  # (backend name, dtype) -> an empty (0, 0) array, the "absent" marker of the kernels
+
+
+def _empty(backend: Backend, dtype) -> Any:
+    key = (backend.name, np.dtype(dtype))
+    if key not in _NO_ROWS:
+        _NO_ROWS[key] = backend.xp.empty((0, 0), dtype=dtype)
+    return _NO_ROWS[key]
+
+
+def _nonnegative(name: str, value) -> float:
+    value = float(value)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def _positive(name: str, value) -> float:
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def _vector_or_scalar(name: str, value) -> float | np.ndarray:
+    """A float, or a read-only 1-D float64 array; NaN is refused."""
+    array = np.array(value, dtype=np.float64)
+    if array.ndim > 1:
+        raise ValueError(f"{name} must be a scalar or a 1-D array, got shape {array.shape}")
+    if np.isnan(array).any():
+        raise ValueError(f"{name} contains NaN")
+    if array.ndim == 0:
+        return float(array)
+    array.setflags(write=False)
+    return array
+
+
+def _rows(x) -> tuple[Any, bool]:
+    """``x`` as a 2-D ``(n, p)`` array and whether it was a single vector."""
+    if x.ndim == 1:
+        return x.reshape(1, -1), True
+    if x.ndim == 2:
+        return x, False
+    raise ValueError(f"expected a vector (p,) or a batch (n_clients, p), got an array of shape {x.shape}")
+
+
+@dataclass(frozen=True, eq=False)
+class Regularizer:
+    """Base class: validation, backend dispatch and the row-wise plumbing shared by every ``phi``."""
+
+    name: ClassVar[str] = ""
+
+    # ---- what subclasses provide -------------------------------------------------------------
+    @property
+    def weak_convexity(self) -> float:
+        """``rho``: ``phi + (rho / 2) ||x||^2`` is convex. 0 for convex regularizers."""
+        return 0.0
+
+    def _values(self, x: np.ndarray, tol: float) -> np.ndarray:
+        """``phi`` of each row of the float64 host array ``x`` of shape ``(n, p)``.
+
+        ``tol`` is the slack an indicator grants to points that a projection put on its border
+        (they are feasible only up to rounding in the input's precision).
+        """
+        raise NotImplementedError
+
+    def _elementwise(self, step: float, backend: Backend, dtype) -> tuple[int, np.ndarray, Any] | None:
+        """``(kind, theta, w)`` for a separable prox, or None for a row-wise one (see :mod:`fedopt.kernels`)."""
+        return None
+
+    def _prox_rows(self, backend: Backend, z, step: float, out) -> None:
+        """Row-wise prox of the 2-D array ``z`` into ``out`` (non-separable regularizers)."""
+        raise NotImplementedError
+
+    def _check_dimension(self, p: int) -> None:
+        """Raise when the regularizer's own arrays do not fit vectors of length ``p``."""
+
+    # ---- public API --------------------------------------------------------------------------
+    def value(self, x) -> float | np.ndarray:
+        """``phi(x)`` for a vector, or the array of ``phi(x_i)`` for the rows of a batch."""
+        host = np.asarray(x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x)
+        tol = float(np.sqrt(np.finfo(np.float32).eps)) if host.dtype == np.float32 else 1e-9
+        rows, single = _rows(host.astype(np.float64, copy=False))
+        self._check_dimension(rows.shape[1])
+        values = self._values(rows, tol)
+        return float(values[0]) if single else values
+
+    def check_step(self, step) -> float:
+        """``step`` as a float after checking ``0 < step`` and ``step * rho < 1``."""
+        step = float(step)
+        if not (step > 0 and math.isfinite(step)):
+            raise ValueError(f"step must be a finite number > 0, got {step!r}")
+        rho = self.weak_convexity
+        if step * rho >= 1:
+            raise ValueError(
+                f"step={step:g} is too large for {self!r}: the prox of a {rho:g}-weakly convex "
+                f"regularizer needs step * rho < 1, so use step < {1 / rho:g}"
+            )
+        return step
+
+    def prox(self, z, step, out=None, backend: str | Backend | None = None):
+        """``prox_{step * phi}(z)`` of a vector ``(p,)`` or of every row of a batch ``(n_clients, p)``.
+
+        ``out``, when given, must be a C-contiguous array of the result's shape and dtype (it may
+        be ``z`` itself); the result is written there and returned.
+        """
+        step = self.check_step(step)
+        bk = backend_for(z, backend)
+        z = bk.asarray(z)
+        out = self._output(bk, z, out, "out")
+        z2, _ = _rows(z)
+        out2 = out.reshape(z2.shape)
+        self._check_dimension(z2.shape[1])
+        separable = self._elementwise(step, bk, z.dtype)
+        if separable is None:
+            self._prox_rows(bk, z2, step, out2)
+        else:
+            kind, theta, w = separable
+            bk.kernels.prox_elementwise(z2, kind, theta, w, out2)
+        return out
+
+    def normal_map_step(self, z, grad, z_ref, x_ref, lr, gamma, correction=None, z_out=None, x_out=None, backend=None):
+        """One normal-map step for every row, fused into one pass for separable regularizers.
+
+        ``z_new = z - lr * (grad + (z_ref - x_ref) / gamma + correction)`` and
+        ``x_new = prox_{gamma * phi}(z_new)``: the local step (5a)-(5b) of FedNMap, with ``z`` the
+        clients' pre-prox iterates ``z_i^l`` (rows), ``grad`` their stochastic gradients ``g_i^l``,
+        ``(z_ref, x_ref)`` the round-start pair ``(z_t, x_t = prox(z_t))`` shared by all clients,
+        ``correction`` the rows ``c_i`` (or None), ``lr = eta_a`` and ``gamma`` the prox
+        parameter. Returns ``(z_new, x_new)``.
+        """
+        gamma = self.check_step(gamma)
+        lr = _positive("lr", lr)
+        bk = backend_for(z, backend)
+        z = bk.asarray(z)
+        dtype = z.dtype
+        z2, _ = _rows(z)
+        n, p = z2.shape
+        self._check_dimension(p)
+        grad2 = self._operand(bk, grad, dtype, z2.shape, "grad")
+        c2 = _empty(bk, dtype) if correction is None else self._operand(bk, correction, dtype, z2.shape, "correction")
+        z_ref = self._operand(bk, z_ref, dtype, (p,), "z_ref")
+        x_ref = self._operand(bk, x_ref, dtype, (p,), "x_ref")
+        z_out = self._output(bk, z, z_out, "z_out")
+        x_out = self._output(bk, z, x_out, "x_out")
+        z_out2, x_out2 = z_out.reshape(n, p), x_out.reshape(n, p)
+        separable = self._elementwise(gamma, bk, dtype)
+        kind, theta, w = separable if separable is not None else (K.IDENTITY, np.zeros(0), _empty(bk, dtype))
+        bk.kernels.normal_map_step(z2, grad2, c2, z_ref, x_ref, lr, 1.0 / gamma, kind, theta, w, z_out2, x_out2)
+        if separable is None:
+            self._prox_rows(bk, z_out2, gamma, x_out2)
+        return z_out, x_out
+
+    # ---- helpers -----------------------------------------------------------------------------
+    @staticmethod
+    def _output(bk: Backend, z, out, name: str):
+        if out is None:
+            return bk.xp.empty_like(z)
+        if type(out) is not type(z) or out.shape != z.shape or out.dtype != z.dtype:
+            raise ValueError(
+                f"{name} must be a {type(z).__name__} of shape {z.shape} and dtype {z.dtype} like the input, "
+                f"got {type(out).__name__} of shape {getattr(out, 'shape', None)} and dtype {getattr(out, 'dtype', None)}"
+            )
+        if not out.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous; pass a fresh array or None")
+        return out
+
+    @staticmethod
+    def _operand(bk: Backend, a, dtype, shape, name: str):
+        a = bk.asarray(a, dtype=dtype)
+        if a.shape != shape and not (len(shape) == 2 and shape[0] == 1 and a.shape == shape[1:]):
+            raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+        return a.reshape(shape)
+
+    def _on_backend(self, backend: Backend, dtype, key: str, make) -> Any:
+        """``make()`` converted to ``backend`` and ``dtype``, computed once per regularizer and key."""
+        cache = self.__dict__.setdefault("_device_cache", {})
+        full_key = (key, backend.name, np.dtype(dtype))
+        if full_key not in cache:
+            cache[full_key] = backend.xp.asarray(make(), dtype=dtype)
+        return cache[full_key]
+
+    def _params(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(np.array_equal(a, b) for a, b in zip(self._params(), other._params()))
+
+    def __hash__(self):
+        return hash((type(self),) + tuple(p for p in self._params() if not isinstance(p, np.ndarray)))
+
+    def __getstate__(self):
+        # Caches (device copies, group layouts) start with "_" and are rebuilt on demand.
+        return {key: value for key, value in self.__dict__.items() if not key.startswith("_")}
+
+
+@dataclass(frozen=True, eq=False)
+class Zero(Regularizer):
+    """``phi = 0``; the prox is the identity, and FedNMap reduces to SCAFFOLD."""
+
+    name: ClassVar[str] = "zero"
+
+    def _values(self, x, tol):
+        return np.zeros(len(x))
+
+    def _elementwise(self, step, backend, dtype):
+        return K.IDENTITY, np.zeros(0), _empty(backend, dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class L1(Regularizer):
+    """``phi(x) = lam * sum_j w_j |x_j|`` (``w = 1`` unless ``weights`` is given).
+
+    prox: soft-thresholding ``sign(z) * max(|z| - step * lam * w, 0)``. A zero weight leaves a
+    coordinate unpenalized (an intercept, say).
+    """
+
+    lam: float = 1.0
+    weights: Any = None
+    name: ClassVar[str] = "l1"
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        if self.weights is not None:
+            w = _vector_or_scalar("weights", self.weights)
+            if np.any(np.asarray(w) < 0):
+                raise ValueError("weights must be >= 0")
+            object.__setattr__(self, "weights", w)
+
+    def _check_dimension(self, p):
+        if isinstance(self.weights, np.ndarray) and len(self.weights) != p:
+            raise ValueError(f"weights has length {len(self.weights)} but the vectors have p={p} coordinates")
+
+    def _values(self, x, tol):
+        w = 1.0 if self.weights is None else self.weights
+        return self.lam * (np.abs(x) * w).sum(axis=1)
+
+    def _elementwise(self, step, backend, dtype):
+        if isinstance(self.weights, np.ndarray):
+            w = self._on_backend(backend, dtype, "weights", lambda: self.weights[None, :])
+            return K.SOFT_WEIGHTED, np.array([step * self.lam, 1.0]), w
+        scalar_weight = 1.0 if self.weights is None else self.weights
+        return K.SOFT, np.array([step * self.lam * scalar_weight, 1.0]), _empty(backend, dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class ElasticNet(Regularizer):
+    """``phi(x) = l1 * ||x||_1 + (l2 / 2) * ||x||_2^2``, scikit-learn's scaling of the ridge part.
+
+    prox: ``soft(z, step * l1) / (1 + step * l2)``. The FedNMap paper writes
+    ``nu1 ||x||_1 + nu2 ||x||^2``: that is ``ElasticNet(l1=nu1, l2=2 * nu2)``.
+    """
+
+    l1: float = 1.0
+    l2: float = 1.0
+    name: ClassVar[str] = "elasticnet"
+
+    def __post_init__(self):
+        object.__setattr__(self, "l1", _nonnegative("l1", self.l1))
+        object.__setattr__(self, "l2", _nonnegative("l2", self.l2))
+
+    def _values(self, x, tol):
+        return self.l1 * np.abs(x).sum(axis=1) + 0.5 * self.l2 * (x * x).sum(axis=1)
+
+    def _elementwise(self, step, backend, dtype):
+        return K.SOFT, np.array([step * self.l1, 1.0 / (1.0 + step * self.l2)]), _empty(backend, dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class GroupLasso(Regularizer):
+    """``phi(x) = lam * sum_g w_g ||x_g||_2`` over disjoint groups of coordinates.
+
+    ``groups`` is either a 1-D array giving each coordinate's group label (any integers), or an
+    int ``s``: consecutive blocks of ``s`` coordinates (p must be a multiple of ``s``).
+    ``weights`` gives one ``w_g`` per group in sorted label order; the default
+    ``w_g = sqrt(|g|)`` (Yuan and Lin, 2006). prox: block soft-thresholding
+    ``x_g = max(0, 1 - step * lam * w_g / ||z_g||) * z_g``.
+    """
+
+    lam: float = 1.0
+    groups: Any = 1
+    weights: Any = None
+    name: ClassVar[str] = "group_lasso"
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        if np.ndim(self.groups) == 0:
+            size = int(self.groups)
+            if size != self.groups or size < 1:
+                raise ValueError(f"groups as a block size must be an integer >= 1, got {self.groups!r}")
+            object.__setattr__(self, "groups", size)
+        else:
+            labels = np.asarray(self.groups)
+            if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
+                raise ValueError("groups must be an int block size or a non-empty 1-D array of integer group labels")
+            labels = labels.astype(np.int64)
+            labels.setflags(write=False)
+            object.__setattr__(self, "groups", labels)
+        if self.weights is not None:
+            w = np.array(self.weights, dtype=np.float64, ndmin=1)
+            if w.ndim != 1 or np.any(~(w >= 0)):
+                raise ValueError("weights must be a 1-D array of finite numbers >= 0, one per group")
+            if isinstance(self.groups, np.ndarray) and len(w) != len(np.unique(self.groups)):
+                raise ValueError(f"weights has {len(w)} entries but groups defines {len(np.unique(self.groups))} groups")
+            w.setflags(write=False)
+            object.__setattr__(self, "weights", w)
+
+    def _check_dimension(self, p):
+        if isinstance(self.groups, np.ndarray):
+            if len(self.groups) != p:
+                raise ValueError(f"groups has {len(self.groups)} labels but the vectors have p={p} coordinates")
+        elif p % self.groups:
+            raise ValueError(f"groups={self.groups} (block size) does not divide p={p}")
+        if self.weights is not None and len(self.weights) != len(self._layout(p)[0]) - 1:
+            raise ValueError(f"weights has {len(self.weights)} entries, one per group is needed")
+
+    def _layout(self, p):
+        """``(starts, order, group_weights)``: group g is ``order[starts[g]:starts[g+1]]``; empty order = identity."""
+        cache = self.__dict__.setdefault("_layouts", {})
+        if p not in cache:
+            if isinstance(self.groups, np.ndarray):
+                order = np.argsort(self.groups, kind="stable")
+                _, sizes = np.unique(self.groups, return_counts=True)
+                if np.array_equal(order, np.arange(p)):
+                    order = order[:0]
+            else:
+                sizes = np.full(p // self.groups, self.groups)
+                order = np.zeros(0, dtype=np.int64)
+            starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            weights = np.sqrt(sizes) if self.weights is None else self.weights
+            cache[p] = (starts, order.astype(np.int64), np.asarray(weights, dtype=np.float64))
+        return cache[p]
+
+    def _values(self, x, tol):
+        starts, order, weights = self._layout(x.shape[1])
+        xs = x[:, order] if len(order) else x
+        norms = np.sqrt(np.add.reduceat(xs * xs, starts[:-1], axis=1))
+        return self.lam * norms @ weights
+
+    def _prox_rows(self, backend, z, step, out):
+        p = z.shape[1]
+        starts, order, weights = self._layout(p)
+        starts_d = self._on_backend(backend, np.int64, f"starts{p}", lambda: starts)
+        order_d = self._on_backend(backend, np.int64, f"order{p}", lambda: order)
+        tau = self._on_backend(backend, z.dtype, f"weights{p}", lambda: weights) * (step * self.lam)
+        backend.kernels.prox_group(z, starts_d, order_d, tau, 1.0, out)
+
+
+@dataclass(frozen=True, eq=False)
+class Box(Regularizer):
+    """Indicator of the box ``{lower <= x <= upper}``; bounds are scalars or per-coordinate arrays.
+
+    prox (for any step): the projection ``clip(z, lower, upper)``. Infinite bounds are allowed.
+    """
+
+    lower: Any = -1.0
+    upper: Any = 1.0
+    name: ClassVar[str] = "box"
+
+    def __post_init__(self):
+        lower = _vector_or_scalar("lower", self.lower)
+        upper = _vector_or_scalar("upper", self.upper)
+        if np.shape(lower) and np.shape(upper) and np.shape(lower) != np.shape(upper):
+            raise ValueError(f"lower and upper have different lengths ({len(lower)} and {len(upper)})")
+        if np.any(np.asarray(lower) > np.asarray(upper)):
+            raise ValueError("the box is empty: lower > upper for some coordinate; need lower <= upper everywhere")
+        object.__setattr__(self, "lower", lower)
+        object.__setattr__(self, "upper", upper)
+
+    def _check_dimension(self, p):
+        for name in ("lower", "upper"):
+            bound = getattr(self, name)
+            if isinstance(bound, np.ndarray) and len(bound) != p:
+                raise ValueError(f"{name} has length {len(bound)} but the vectors have p={p} coordinates")
+
+    def _values(self, x, tol):
+        inside = (x >= np.asarray(self.lower) - tol) & (x <= np.asarray(self.upper) + tol)
+        return np.where(inside.all(axis=1), 0.0, np.inf)
+
+    def _elementwise(self, step, backend, dtype):
+        if np.ndim(self.lower) == 0 and np.ndim(self.upper) == 0:
+            return K.CLIP, np.array([self.lower, self.upper]), _empty(backend, dtype)
+        return K.CLIP_VECTOR, np.zeros(0), self._on_backend(backend, dtype, "bounds", self._bounds)
+
+    def _bounds(self) -> np.ndarray:
+        """``[lower, upper]`` as a ``(2, p)`` array."""
+        p = len(self.lower) if np.ndim(self.lower) else len(self.upper)
+        return np.stack([np.broadcast_to(self.lower, p), np.broadcast_to(self.upper, p)])
+
+
+@dataclass(frozen=True, eq=False)
+class NonNegative(Box):
+    """Indicator of the nonnegative orthant ``{x >= 0}``; prox: ``max(z, 0)``."""
+
+    lower: Any = field(default=0.0, init=False)
+    upper: Any = field(default=math.inf, init=False)
+    name: ClassVar[str] = "nonnegative"
+
+
+@dataclass(frozen=True, eq=False)
+class L2Ball(Regularizer):
+    """Indicator of the Euclidean ball ``{||x - center||_2 <= radius}`` (center 0 by default).
+
+    prox: ``center + (z - center) * min(1, radius / ||z - center||)``.
+    """
+
+    radius: float = 1.0
+    center: Any = None
+    name: ClassVar[str] = "l2_ball"
+
+    def __post_init__(self):
+        object.__setattr__(self, "radius", _positive("radius", self.radius))
+        if self.center is not None:
+            center = np.array(self.center, dtype=np.float64, ndmin=1)
+            if center.ndim != 1 or not np.all(np.isfinite(center)):
+                raise ValueError("center must be a 1-D array of finite numbers")
+            center.setflags(write=False)
+            object.__setattr__(self, "center", center)
+
+    def _check_dimension(self, p):
+        if self.center is not None and len(self.center) != p:
+            raise ValueError(f"center has length {len(self.center)} but the vectors have p={p} coordinates")
+
+    def _values(self, x, tol):
+        c = 0.0 if self.center is None else self.center
+        norms = np.linalg.norm(x - c, axis=1)
+        return np.where(norms <= self.radius * (1 + tol), 0.0, np.inf)
+
+    def _prox_rows(self, backend, z, step, out):
+        center = _empty(backend, z.dtype).reshape(0) if self.center is None else self._on_backend(backend, z.dtype, "center", lambda: self.center)
+        backend.kernels.project_l2_ball(z, center, self.radius, out)
+
+
+@dataclass(frozen=True, eq=False)
+class L1Ball(Regularizer):
+    """Indicator of ``{||x||_1 <= radius}``; prox: ``sign(z) * simplex_projection(|z|, radius)`` outside."""
+
+    radius: float = 1.0
+    name: ClassVar[str] = "l1_ball"
+
+    def __post_init__(self):
+        object.__setattr__(self, "radius", _positive("radius", self.radius))
+
+    def _values(self, x, tol):
+        return np.where(np.abs(x).sum(axis=1) <= self.radius * (1 + tol), 0.0, np.inf)
+
+    def _prox_rows(self, backend, z, step, out):
+        backend.kernels.project_l1_ball(z, self.radius, out)
+
+
+@dataclass(frozen=True, eq=False)
+class Simplex(Regularizer):
+    """Indicator of the simplex ``{x >= 0, sum(x) = radius}``; prox: ``max(z - tau, 0)`` with the right ``tau``."""
+
+    radius: float = 1.0
+    name: ClassVar[str] = "simplex"
+
+    def __post_init__(self):
+        object.__setattr__(self, "radius", _positive("radius", self.radius))
+
+    def _values(self, x, tol):
+        tol = tol * max(1.0, self.radius)
+        feasible = (x >= -tol).all(axis=1) & (np.abs(x.sum(axis=1) - self.radius) <= tol * x.shape[1])
+        return np.where(feasible, 0.0, np.inf)
+
+    def _prox_rows(self, backend, z, step, out):
+        backend.kernels.project_simplex(z, self.radius, out)
+
+
+@dataclass(frozen=True, eq=False)
+class MCP(Regularizer):
+    """Minimax concave penalty (Zhang, 2010), ``rho = 1 / gamma``-weakly convex.
+
+    ``phi(x) = sum_j P(x_j)`` with ``P(t) = lam |t| - t^2 / (2 gamma)`` for ``|t| <= gamma lam``
+    and ``gamma lam^2 / 2`` beyond. prox (firm thresholding, needs ``step < gamma``):
+    ``0`` for ``|z| <= step lam``, ``sign(z) (|z| - step lam) / (1 - step / gamma)`` up to
+    ``|z| <= gamma lam``, and ``z`` beyond.
+    """
+
+    lam: float = 1.0
+    gamma: float = 3.0
+    name: ClassVar[str] = "mcp"
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        object.__setattr__(self, "gamma", _positive("gamma", self.gamma))
+
+    @property
+    def weak_convexity(self):
+        return 1.0 / self.gamma
+
+    def _values(self, x, tol):
+        a = np.abs(x)
+        inner = self.lam * a - a * a / (2 * self.gamma)
+        return np.where(a <= self.gamma * self.lam, inner, 0.5 * self.gamma * self.lam**2).sum(axis=1)
+
+    def _elementwise(self, step, backend, dtype):
+        theta = np.array([step * self.lam, self.gamma * self.lam, 1.0 / (1.0 - step / self.gamma)])
+        return K.MCP, theta, _empty(backend, dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class SCAD(Regularizer):
+    """Smoothly clipped absolute deviation (Fan and Li, 2001), ``rho = 1 / (a - 1)``-weakly convex.
+
+    ``P(t) = lam |t|`` for ``|t| <= lam``, ``(2 a lam |t| - t^2 - lam^2) / (2 (a - 1))`` up to
+    ``a lam``, and ``(a + 1) lam^2 / 2`` beyond; ``a > 2`` (3.7 by convention). prox (needs
+    ``step < a - 1``): ``soft(z, step lam)`` for ``|z| <= (1 + step) lam``,
+    ``sign(z) ((a - 1) |z| - a step lam) / (a - 1 - step)`` up to ``|z| <= a lam``, ``z`` beyond.
+    """
+
+    lam: float = 1.0
+    a: float = 3.7
+    name: ClassVar[str] = "scad"
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        a = float(self.a)
+        if not (a > 2 and math.isfinite(a)):
+            raise ValueError(f"a must be a finite number > 2, got {self.a!r}")
+        object.__setattr__(self, "a", a)
+
+    @property
+    def weak_convexity(self):
+        return 1.0 / (self.a - 1.0)
+
+    def _values(self, x, tol):
+        a, lam, t = self.a, self.lam, np.abs(x)
+        middle = (2 * a * lam * t - t * t - lam * lam) / (2 * (a - 1))
+        return np.where(t <= lam, lam * t, np.where(t <= a * lam, middle, 0.5 * (a + 1) * lam * lam)).sum(axis=1)
+
+    def _elementwise(self, step, backend, dtype):
+        a, lam = self.a, self.lam
+        theta = np.array([step * lam, (1 + step) * lam, a * lam, a * step * lam / (a - 1), 1.0 / (1.0 - step / (a - 1))])
+        return K.SCAD, theta, _empty(backend, dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Nuclear(Regularizer):
+    """``phi(X) = lam * ||X||_*`` (sum of singular values) of the vector read as a matrix.
+
+    ``shape = (m, k)``: a vector of length ``m * k`` is the C-order ``(m, k)`` matrix. prox:
+    singular-value thresholding ``U diag(max(s - step lam, 0)) V^T`` by LAPACK (CPU) or
+    cuSOLVER (GPU).
+    """
+
+    lam: float = 1.0
+    shape: tuple = (1, 1)
+    name: ClassVar[str] = "nuclear"
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        shape = tuple(int(s) for s in np.atleast_1d(self.shape))
+        if len(shape) != 2 or min(shape) < 1 or shape != tuple(np.atleast_1d(self.shape)):
+            raise ValueError(f"shape must be a pair of positive integers (m, k), got {self.shape!r}")
+        object.__setattr__(self, "shape", shape)
+
+    def _check_dimension(self, p):
+        if self.shape[0] * self.shape[1] != p:
+            raise ValueError(f"shape={self.shape} holds {self.shape[0] * self.shape[1]} entries but the vectors have p={p}")
+
+    def _values(self, x, tol):
+        singular = np.linalg.svd(x.reshape(len(x), *self.shape), compute_uv=False)
+        return self.lam * singular.sum(axis=1)
+
+    def _prox_rows(self, backend, z, step, out):
+        backend.kernels.prox_nuclear(z, self.shape[0], step * self.lam, out)
+
+
+REGULARIZERS: dict[str, type[Regularizer]] = {
+    cls.name: cls for cls in (Zero, L1, ElasticNet, GroupLasso, Box, NonNegative, L2Ball, L1Ball, Simplex, MCP, SCAD, Nuclear)
+}
+
+
+def available() -> list[str]:
+    """Names accepted by :func:`make`."""
+    return sorted(REGULARIZERS)
+
+
+def make(name: str, **params) -> Regularizer:
+    """The regularizer called ``name`` (see :func:`available`) built from ``params``."""
+    try:
+        cls = REGULARIZERS[name.lower().replace("-", "_")]
+    except KeyError:
+        raise ValueError(f"regularizer {name!r} is unknown; choose one of {', '.join(available())}") from None
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        accepted = [f.name for f in fields(cls) if f.init]
+        raise ValueError(f"{exc}; {cls.__name__} accepts {accepted or 'no parameters'}") from None

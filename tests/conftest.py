@@ -1,0 +1,28 @@
+"""Test configuration: the CUDA simulator on machines without an NVIDIA driver, and shared fixtures."""
+
+import ctypes.util
+import os
+
+# Numba reads NUMBA_ENABLE_CUDASIM when numba.cuda is first imported, so it is set before any test
+# module imports numba. With a real driver the Numba-CUDA kernels run on the device instead.
+if ctypes.util.find_library("cuda") is None and not os.path.exists("/dev/nvidiactl"):
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from fedopt._backend import gpu_available  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with a working CuPy (fedopt[gpu])")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)

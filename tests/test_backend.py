@@ -1,0 +1,121 @@
+"""Backend selection: lazy probing, clear errors, and a broken CuPy that must not break anything."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fedopt
+from fedopt import _backend
+
+
+def run_python(code, extra_path=None):
+    env = {**os.environ, **({"PYTHONPATH": str(extra_path)} if extra_path else {})}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_import_is_lazy():
+    """Importing fedopt and its regularizers imports neither CuPy nor Numba."""
+    result = run_python(
+        """
+        import sys, fedopt, fedopt.regularizers
+        fedopt.regularizers.L1(1.0)
+        print(sorted(m for m in ("cupy", "numba") if m in sys.modules))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_cpu_backends_and_names():
+    assert _backend.get_backend("numpy").name == "numpy"
+    numba_backend = _backend.get_backend("numba")
+    assert numba_backend.name == "numba" and numba_backend.xp is np
+    assert _backend.get_backend(numba_backend) is numba_backend
+    assert {"numpy", "numba"} <= set(fedopt.available_backends())
+    assert _backend.get_backend("auto").name in ("numba", "gpu")
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="backend='cuda' is unknown.*'numpy', 'numba', 'gpu', 'auto'"):
+        _backend.get_backend("cuda")
+    with pytest.raises(ValueError, match="backend='torch'"):
+        fedopt.regularizers.L1(1.0).prox(np.ones(3), 1.0, backend="torch")
+
+
+def test_canonical_dtypes():
+    backend = _backend.get_backend("numba")
+    assert backend.asarray(np.arange(3)).dtype == np.float64
+    assert backend.asarray(np.ones(3, np.float32)).dtype == np.float32
+    assert backend.asarray(np.ones(3, np.float16)).dtype == np.float64
+    assert backend.asarray(np.ones((3, 4), order="F")).flags.c_contiguous
+
+
+@pytest.mark.skipif(_backend.gpu_available(), reason="a working GPU is present")
+def test_gpu_backend_without_gpu_says_why():
+    with pytest.raises(_backend.BackendUnavailableError, match="backend='gpu' is unavailable: .*backend='numba'"):
+        _backend.get_backend("gpu")
+
+
+@pytest.mark.parametrize(
+    "fake_cupy",
+    [
+        # installed, imports, but no driver: the first call into the runtime fails
+        """
+        class _Runtime:
+            @staticmethod
+            def getDeviceCount():
+                raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+        class cuda:
+            runtime = _Runtime
+        """,
+        # installed without its CUDA libraries: the import itself fails
+        'raise OSError("libcudart.so.12: cannot open shared object file")',
+        # a device is listed, but the compiler (NVRTC) is missing: only JIT kernels fail
+        """
+        class _Runtime:
+            @staticmethod
+            def getDeviceCount():
+                return 1
+        class cuda:
+            runtime = _Runtime
+        def zeros(*args, **kwargs):
+            return None
+        float32 = "float32"
+        def ElementwiseKernel(*args, **kwargs):
+            raise RuntimeError("nvrtc: libnvrtc.so not found")
+        """,
+    ],
+    ids=["no_driver", "no_libraries", "no_nvrtc"],
+)
+def test_broken_cupy_leaves_cpu_working(tmp_path, fake_cupy):
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text(textwrap.dedent(fake_cupy))
+    result = run_python(
+        """
+        import numpy as np
+        import fedopt
+        from fedopt import _backend, regularizers
+        assert _backend.get_backend("auto").name == "numba"
+        assert fedopt.available_backends() == ["numpy", "numba"]
+        print("prox:", regularizers.L1(1.0).prox(np.array([3.0, -0.5]), 1.0).tolist())
+        try:
+            _backend.get_backend("gpu")
+        except _backend.BackendUnavailableError as exc:
+            print("refused:", exc)
+        """,
+        extra_path=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "prox: [2.0, 0.0]" in result.stdout
+    assert "refused: backend='gpu' is unavailable" in result.stdout
+
+
+def test_numba_cache_switch(monkeypatch):
+    monkeypatch.setenv("FEDOPT_NUMBA_CACHE", "0")
+    assert not _backend.numba_cache_enabled()
+    monkeypatch.setenv("FEDOPT_NUMBA_CACHE", "1")
+    assert _backend.numba_cache_enabled()
