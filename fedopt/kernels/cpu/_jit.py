@@ -29,11 +29,11 @@ class Kernel:
     the same result because every ``prange`` iteration writes its own elements.
     """
 
-    def __init__(self, func: types.FunctionType):
-        cache = numba_cache_enabled()
+    def __init__(self, func: types.FunctionType, fastmath=False):
+        options = dict(cache=numba_cache_enabled(), nogil=True, error_model="numpy", fastmath=fastmath)
         self.__doc__ = func.__doc__
-        self.serial = numba.njit(cache=cache, nogil=True, error_model="numpy")(func)
-        self.parallel = numba.njit(cache=cache, nogil=True, error_model="numpy", parallel=True)(_renamed_copy(func, "_parallel"))
+        self.serial = numba.njit(**options)(func)
+        self.parallel = numba.njit(parallel=True, **options)(_renamed_copy(func, "_parallel"))
 
     def __call__(self, work: int, *args):
         if work >= PARALLEL_MIN_WORK and numba.get_num_threads() > 1:
@@ -41,9 +41,16 @@ class Kernel:
         return self.serial(*args)
 
 
-def kernel(func: types.FunctionType) -> Kernel:
-    """Decorator form of :class:`Kernel`."""
-    return Kernel(func)
+#: Fast-math flags for sums: reassociation lets the compiler vectorize a reduction. The flags
+#: that assume no NaN or inf (``nnan``, ``ninf``) are left out, so divergence stays visible.
+REDUCTION_MATH = {"reassoc", "nsz", "contract", "arcp"}
+
+
+def kernel(func=None, *, fastmath=False):
+    """Decorator form of :class:`Kernel`: ``@kernel`` or ``@kernel(fastmath=REDUCTION_MATH)``."""
+    if func is None:
+        return lambda f: Kernel(f, fastmath)
+    return Kernel(func, fastmath)
 
 
 def inline(func: types.FunctionType):

@@ -7,14 +7,14 @@ import math
 import numpy as np
 from numba import prange
 
-from fedopt.kernels.cpu._jit import inline, kernel
+from fedopt.kernels.cpu._jit import REDUCTION_MATH, inline, kernel
 from fedopt.kernels.cpu.elementwise import BLOCK
 
 #: Elements per chunk of the chunked simplex projection (see :func:`_simplex_threshold_rows`).
 SIMPLEX_CHUNK = 1 << 16
 
 
-@kernel
+@kernel(fastmath=REDUCTION_MATH)
 def prox_group_kernel(z, starts, order, tau, scale, out):
     """Per (row, group): ``out[i, G] = scale * max(0, 1 - tau[g] / ||z[i, G]||) * z[i, G]``, ``G = order[starts[g]:starts[g+1]]``."""
     n = z.shape[0]
@@ -23,19 +23,27 @@ def prox_group_kernel(z, starts, order, tau, scale, out):
     for task in prange(n * n_groups):
         i = task // n_groups
         g = task - i * n_groups
+        zi, oi = z[i], out[i]
+        k0, k1 = starts[g], starts[g + 1]
         squares = 0.0
-        for k in range(starts[g], starts[g + 1]):
-            v = z[i, order[k] if permuted else k]
-            squares += v * v
+        if permuted:
+            for k in range(k0, k1):
+                squares += zi[order[k]] * zi[order[k]]
+        else:
+            for k in range(k0, k1):
+                squares += zi[k] * zi[k]
         norm = math.sqrt(squares)
         # NaN norm keeps NaN; a zero block (norm <= tau) is zeroed, never divided by 0.
         factor = 0.0 if norm <= tau[g] else scale * (1.0 - tau[g] / norm)
-        for k in range(starts[g], starts[g + 1]):
-            j = order[k] if permuted else k
-            out[i, j] = factor * z[i, j]
+        if permuted:
+            for k in range(k0, k1):
+                oi[order[k]] = factor * zi[order[k]]
+        else:
+            for k in range(k0, k1):
+                oi[k] = factor * zi[k]
 
 
-@kernel
+@kernel(fastmath=REDUCTION_MATH)
 def _row_squared_distances(z, center, partial):
     """``partial[i, b] = sum((z[i, block b] - center[block b])**2)``; ``center`` may be empty (origin)."""
     n, p = z.shape
@@ -44,10 +52,14 @@ def _row_squared_distances(z, center, partial):
     for task in prange(n * blocks):
         i = task // blocks
         b = task - i * blocks
+        zi = z[i]
         total = 0.0
-        for j in range(b * BLOCK, min((b + 1) * BLOCK, p)):
-            d = z[i, j] - center[j] if has_center else z[i, j]
-            total += d * d
+        if has_center:
+            for j in range(b * BLOCK, min((b + 1) * BLOCK, p)):
+                total += (zi[j] - center[j]) * (zi[j] - center[j])
+        else:
+            for j in range(b * BLOCK, min((b + 1) * BLOCK, p)):
+                total += zi[j] * zi[j]
         partial[i, b] = total
 
 
