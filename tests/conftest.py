@@ -14,6 +14,12 @@ import pytest  # noqa: E402
 from fedopt._backend import gpu_available  # noqa: E402
 
 
+def pytest_configure(config):
+    # Set here, not in pyproject.toml: naming a numba class there imports numba before the
+    # simulator switch above is read.
+    config.addinivalue_line("filterwarnings", "error::numba.core.errors.NumbaPerformanceWarning")
+
+
 def pytest_collection_modifyitems(config, items):
     if gpu_available():
         return

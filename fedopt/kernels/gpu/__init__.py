@@ -1,0 +1,42 @@
+"""GPU kernels: the functions of :mod:`fedopt.kernels` on CuPy arrays.
+
+* :mod:`.elementwise` -- CuPy element-wise kernels (separable prox, fused normal-map step) and the
+  nuclear-norm prox by batched cuSOLVER SVDs;
+* :mod:`.rows` -- Numba-CUDA kernels, one thread block per row, for the l2 ball, the group lasso,
+  the simplex and the l1 ball; they take CuPy arrays as they are and launch on the stream that
+  their ``__cuda_array_interface__`` names.
+
+Signatures are those of :mod:`fedopt.kernels.reference`; ``theta`` stays a host float64 NumPy
+array, every other array argument is a CuPy array. The CuPy half is imported on first use, not
+with this package, so that :mod:`.rows` (Numba-CUDA only) can be imported and tested on the CUDA
+simulator of a machine without CuPy.
+"""
+
+from fedopt.kernels.gpu.rows import project_l1_ball, project_l2_ball, project_simplex, prox_group
+
+_CUPY_KERNELS = ("normal_map_step", "prox_elementwise", "prox_nuclear")
+
+__all__ = [
+    "normal_map_step",
+    "project_l1_ball",
+    "project_l2_ball",
+    "project_simplex",
+    "prox_elementwise",
+    "prox_group",
+    "prox_nuclear",
+]
+
+
+def __getattr__(name):
+    """Load the CuPy kernels on first access (PEP 562)."""
+    if name in _CUPY_KERNELS:
+        from fedopt.kernels.gpu import elementwise
+
+        value = getattr(elementwise, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
