@@ -49,8 +49,8 @@ class Backend:
 
     def asarray(self, a, dtype=None):
         """``a`` as a C-contiguous array of this backend (float32 stays, other floats become float64)."""
-        dtype = canonical_dtype(a if dtype is None else dtype)
-        return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
+        array = self.xp.asarray(a, dtype=canonical_dtype(a if dtype is None else dtype))
+        return array if array.flags.c_contiguous else self.xp.ascontiguousarray(array)
 
     def to_numpy(self, a) -> np.ndarray:
         """A host NumPy copy (or view) of ``a``."""

@@ -113,16 +113,16 @@ class Regularizer:
         values = self._values(rows, tol)
         return float(values[0]) if single else values
 
-    def check_step(self, step) -> float:
-        """``step`` as a float after checking ``0 < step`` and ``step * rho < 1``."""
+    def check_step(self, step, name: str = "step") -> float:
+        """``step`` as a float after checking ``0 < step`` and ``step * rho < 1``; ``name`` is used in errors."""
         step = float(step)
         if not (step > 0 and math.isfinite(step)):
-            raise ValueError(f"step must be a finite number > 0, got {step!r}")
+            raise ValueError(f"{name} must be a finite number > 0, got {step!r}")
         rho = self.weak_convexity
         if step * rho >= 1:
             raise ValueError(
-                f"step={step:g} is too large for {self!r}: the prox of a {rho:g}-weakly convex "
-                f"regularizer needs step * rho < 1, so use step < {1 / rho:g}"
+                f"{name}={step:g} is too large for {self!r}: the prox of a {rho:g}-weakly convex "
+                f"regularizer needs {name} * rho < 1, so use {name} < {1 / rho:g}"
             )
         return step
 
@@ -157,7 +157,7 @@ class Regularizer:
         ``correction`` the rows ``c_i`` (or None), ``lr = eta_a`` and ``gamma`` the prox
         parameter. Returns ``(z_new, x_new)``.
         """
-        gamma = self.check_step(gamma)
+        gamma = self.check_step(gamma, "gamma")
         lr = _positive("lr", lr)
         bk = backend_for(z, backend)
         z = bk.asarray(z)
@@ -328,7 +328,7 @@ class GroupLasso(Regularizer):
             object.__setattr__(self, "groups", labels)
         if self.weights is not None:
             w = np.array(self.weights, dtype=np.float64, ndmin=1)
-            if w.ndim != 1 or np.any(~(w >= 0)):
+            if w.ndim != 1 or not np.all((w >= 0) & np.isfinite(w)):
                 raise ValueError("weights must be a 1-D array of finite numbers >= 0, one per group")
             if isinstance(self.groups, np.ndarray) and len(w) != len(np.unique(self.groups)):
                 raise ValueError(f"weights has {len(w)} entries but groups defines {len(np.unique(self.groups))} groups")

@@ -85,7 +85,7 @@ def _simplex_row(v, radius):
     cumulative = np.cumsum(u, dtype=np.float64)
     j = np.arange(1, len(v) + 1)
     active = u - (cumulative - radius) / j > 0
-    k = j[active][-1]
+    k = j[active][-1] if active.any() else 1  # the largest entry is always active (rounding aside)
     theta = (cumulative[k - 1] - radius) / k
     return np.maximum(v - theta, 0)
 

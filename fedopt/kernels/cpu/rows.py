@@ -136,11 +136,13 @@ def _condat_threshold(y, j0, j1, use_abs, radius, buf, b0):
         kept = lo
         for k in range(lo, hi):
             v = buf[k]
-            if v > rho:
+            remaining = hi - lo - (k - kept)
+            # The largest entry is always active; only rounding (v - radius == v) could drop it.
+            if v > rho or remaining == 1:
                 buf[kept] = v
                 kept += 1
             else:
-                rho += (rho - v) / (hi - lo - 1 - (k - kept))
+                rho += (rho - v) / (remaining - 1)
                 changed = True
         hi = kept
     # tau from an exact sum over the final active set, moved to the front of buf.

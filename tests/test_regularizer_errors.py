@@ -1,0 +1,427 @@
+"""Input validation of the regularizer API, and the conversions and object protocols it promises.
+
+Bad input raises a ``ValueError`` whose message names the offending argument; integer arrays are
+converted to float64, float32 stays float32, ``out=z`` works in place, and regularizers pickle,
+compare equal after a round trip and hash.
+"""
+
+import copy
+import math
+import pickle
+import re
+
+import numpy as np
+import pytest
+
+from fedopt import regularizers as R
+
+NAN, INF = math.nan, math.inf
+
+
+# ---- construction -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build, argument",
+    [
+        (lambda v: R.L1(v), "lam"),
+        (lambda v: R.ElasticNet(l1=v), "l1"),
+        (lambda v: R.ElasticNet(l2=v), "l2"),
+        (lambda v: R.GroupLasso(v), "lam"),
+        (lambda v: R.MCP(v), "lam"),
+        (lambda v: R.SCAD(v), "lam"),
+        (lambda v: R.Nuclear(v, shape=(2, 2)), "lam"),
+    ],
+    ids=["l1", "enet_l1", "enet_l2", "group", "mcp", "scad", "nuclear"],
+)
+@pytest.mark.parametrize("bad", [-1.0, -1e-300, NAN, INF], ids=["negative", "tiny_negative", "nan", "inf"])
+def test_bad_strength_is_refused(build, argument, bad):
+    """Negative, NaN or infinite strengths raise a ValueError naming the strength."""
+    with pytest.raises(ValueError, match=rf"^{argument} must be a finite number >= 0"):
+        build(bad)
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ([1.0, -0.5, 2.0], r"weights must be >= 0"),
+        ([1.0, NAN], r"weights contains NaN"),
+        (np.ones((2, 2)), r"weights must be a scalar or a 1-D array"),
+        (-1.0, r"weights must be >= 0"),
+    ],
+    ids=["negative", "nan", "2d", "negative_scalar"],
+)
+def test_bad_l1_weights(weights, message):
+    """L1 weights must be >= 0, not NaN, and a scalar or a vector."""
+    with pytest.raises(ValueError, match=message):
+        R.L1(1.0, weights=weights)
+
+
+def test_l1_weights_of_wrong_length():
+    """Weights whose length is not p are refused when the vectors arrive (prox and value)."""
+    reg = R.L1(1.0, weights=np.ones(3))
+    with pytest.raises(ValueError, match=r"weights has length 3 but the vectors have p=4"):
+        reg.prox(np.ones(4), 0.5)
+    with pytest.raises(ValueError, match=r"weights has length 3 but the vectors have p=4"):
+        reg.value(np.ones((2, 4)))
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [[0.5, 1.5], [0.0, 1.0], [], [[0, 1], [1, 0]], ["a", "b"]],
+    ids=["fractional", "float_dtype", "empty", "2d", "strings"],
+)
+def test_group_labels_must_be_integer_vectors(groups):
+    """Group labels must be a non-empty 1-D array of integers."""
+    with pytest.raises(ValueError, match=r"groups must be an int block size or a non-empty 1-D array of integer group labels"):
+        R.GroupLasso(1.0, groups=groups)
+
+
+@pytest.mark.parametrize("size", [0, -2, 2.5], ids=["zero", "negative", "fractional"])
+def test_group_block_size_must_be_positive_integer(size):
+    """A block size must be an integer >= 1."""
+    with pytest.raises(ValueError, match=r"groups as a block size must be an integer >= 1"):
+        R.GroupLasso(1.0, groups=size)
+
+
+def test_group_dimension_mismatches():
+    """Labels of the wrong length and a block size not dividing p are refused at prox time."""
+    with pytest.raises(ValueError, match=r"groups has 3 labels but the vectors have p=4"):
+        R.GroupLasso(1.0, groups=[0, 0, 1]).prox(np.ones(4), 0.5)
+    with pytest.raises(ValueError, match=r"groups=3 \(block size\) does not divide p=4"):
+        R.GroupLasso(1.0, groups=3).prox(np.ones((2, 4)), 0.5)
+    with pytest.raises(ValueError, match=r"groups=3 \(block size\) does not divide p=4"):
+        R.GroupLasso(1.0, groups=3).value(np.ones(4))
+
+
+def test_group_weights_count_mismatch():
+    """One weight per group: checked at construction for labels, at prox time for a block size."""
+    with pytest.raises(ValueError, match=r"weights has 3 entries but groups defines 2 groups"):
+        R.GroupLasso(1.0, groups=[5, 5, -1], weights=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match=r"weights has 3 entries, one per group"):
+        R.GroupLasso(1.0, groups=2, weights=[1.0, 2.0, 3.0]).prox(np.ones(4), 0.5)
+
+
+@pytest.mark.parametrize("weights", [[1.0, -1.0], [1.0, NAN]], ids=["negative", "nan"])
+def test_group_weights_must_be_nonnegative(weights):
+    """Group weights must be numbers >= 0."""
+    with pytest.raises(ValueError, match=r"weights must be a 1-D array of finite numbers >= 0"):
+        R.GroupLasso(1.0, groups=[0, 1], weights=weights)
+
+
+@pytest.mark.parametrize(
+    "lower, upper",
+    [(1.0, 0.0), ([0.0, 2.0], [1.0, 1.0]), (0.5, [1.0, 0.0]), (INF, 0.0)],
+    ids=["scalar", "vector", "mixed", "inf"],
+)
+def test_empty_box_is_refused(lower, upper):
+    """A box with ``lower > upper`` somewhere is empty and refused."""
+    with pytest.raises(ValueError, match=r"the box is empty: lower > upper"):
+        R.Box(lower, upper)
+
+
+def test_box_bound_lengths():
+    """Bounds of different lengths, bounds not matching p, and NaN bounds are refused."""
+    with pytest.raises(ValueError, match=r"lower and upper have different lengths \(2 and 3\)"):
+        R.Box([0.0, 0.0], [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"lower has length 3 but the vectors have p=4"):
+        R.Box(np.zeros(3), 1.0).prox(np.ones(4), 0.5)
+    with pytest.raises(ValueError, match=r"upper has length 3 but the vectors have p=4"):
+        R.Box(0.0, np.ones(3)).prox(np.ones(4), 0.5)
+    with pytest.raises(ValueError, match=r"lower contains NaN"):
+        R.Box(NAN, 1.0)
+    with pytest.raises(ValueError, match=r"upper contains NaN"):
+        R.Box(0.0, [1.0, NAN])
+
+
+@pytest.mark.parametrize("cls", [R.L2Ball, R.L1Ball, R.Simplex])
+@pytest.mark.parametrize("radius", [0.0, -1.0, NAN, INF], ids=["zero", "negative", "nan", "inf"])
+def test_bad_radius(cls, radius):
+    """The radius of a ball or simplex must be finite and > 0."""
+    with pytest.raises(ValueError, match=r"^radius must be a finite number > 0"):
+        cls(radius)
+
+
+def test_l2_ball_center():
+    """The center must be finite and have p coordinates."""
+    with pytest.raises(ValueError, match=r"center has length 3 but the vectors have p=4"):
+        R.L2Ball(1.0, center=np.zeros(3)).prox(np.ones(4), 0.5)
+    with pytest.raises(ValueError, match=r"center must be a 1-D array of finite numbers"):
+        R.L2Ball(1.0, center=[0.0, NAN])
+    with pytest.raises(ValueError, match=r"center must be a 1-D array of finite numbers"):
+        R.L2Ball(1.0, center=np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("a", [2.0, 1.5, -3.0, NAN, INF], ids=["two", "below_two", "negative", "nan", "inf"])
+def test_scad_a_must_exceed_two(a):
+    """SCAD needs a finite ``a > 2``."""
+    with pytest.raises(ValueError, match=r"^a must be a finite number > 2"):
+        R.SCAD(1.0, a=a)
+
+
+@pytest.mark.parametrize("gamma", [0.0, -1.0, NAN, INF], ids=["zero", "negative", "nan", "inf"])
+def test_mcp_gamma_must_be_positive(gamma):
+    """MCP needs a finite ``gamma > 0``."""
+    with pytest.raises(ValueError, match=r"^gamma must be a finite number > 0"):
+        R.MCP(1.0, gamma=gamma)
+
+
+@pytest.mark.parametrize("shape", [(2,), (0, 3), (2, -1), (2.5, 2), (1, 2, 3)], ids=["one", "zero", "negative", "fractional", "three"])
+def test_nuclear_shape_must_be_a_pair_of_positive_ints(shape):
+    """``shape`` must be a pair of positive integers."""
+    with pytest.raises(ValueError, match=r"shape must be a pair of positive integers"):
+        R.Nuclear(1.0, shape=shape)
+
+
+def test_nuclear_shape_must_match_p():
+    """The matrix shape must hold exactly p entries."""
+    with pytest.raises(ValueError, match=r"shape=\(2, 3\) holds 6 entries but the vectors have p=5"):
+        R.Nuclear(1.0, shape=(2, 3)).prox(np.ones(5), 0.5)
+    with pytest.raises(ValueError, match=r"shape=\(2, 3\) holds 6 entries but the vectors have p=5"):
+        R.Nuclear(1.0, shape=(2, 3)).value(np.ones((2, 5)))
+
+
+# ---- step ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", [0.0, -0.5, INF, NAN, -INF], ids=["zero", "negative", "inf", "nan", "minus_inf"])
+@pytest.mark.parametrize("reg", [R.L1(1.0), R.Box(), R.GroupLasso(1.0), R.MCP(1.0)], ids=["l1", "box", "group", "mcp"])
+def test_bad_step(reg, step):
+    """``step`` must be finite and > 0, for the prox and for the normal-map step's ``gamma``."""
+    with pytest.raises(ValueError, match=r"^step must be a finite number > 0"):
+        reg.prox(np.ones(4), step)
+    with pytest.raises(ValueError, match=r"^gamma must be a finite number > 0"):
+        reg.normal_map_step(np.ones(4), np.ones(4), np.ones(4), np.ones(4), 0.1, step)
+
+
+@pytest.mark.parametrize(
+    "reg, largest",
+    [(R.MCP(1.0, gamma=2.0), "2"), (R.SCAD(1.0, a=3.7), "2.7"), (R.SCAD(0.3, a=2.5), "1.5"), (R.MCP(0.0, gamma=0.25), "0.25")],
+    ids=["mcp", "scad", "scad_small_a", "mcp_lam0"],
+)
+def test_weakly_convex_step_too_large(reg, largest):
+    """``step * rho >= 1`` is refused, and the message gives the largest allowed step ``1 / rho``."""
+    limit = float(largest)
+    assert reg.check_step(limit * 0.999) == limit * 0.999
+    for step in (limit * (1 + 1e-12), limit * 1.5, 1e6):
+        with pytest.raises(ValueError, match=rf"step={re.escape(format(step, 'g'))} is too large .* use step < {largest}$"):
+            reg.prox(np.ones(3), step)
+    with pytest.raises(ValueError, match=rf"^gamma=.* use gamma < {largest}$"):
+        reg.normal_map_step(np.ones(3), np.ones(3), np.ones(3), np.ones(3), 0.1, limit * 1.01)
+
+
+# ---- arrays -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 2), (1, 1, 3, 1)], ids=["3d", "4d"])
+def test_input_must_be_vector_or_batch(shape):
+    """Anything but ``(p,)`` or ``(n, p)`` is refused, and the message gives the shape received."""
+    z = np.ones(shape)
+    with pytest.raises(ValueError, match=rf"expected a vector \(p,\) or a batch \(n_clients, p\), got an array of shape {re_shape(shape)}"):
+        R.L1(1.0).prox(z, 0.5)
+    with pytest.raises(ValueError, match=r"expected a vector \(p,\) or a batch"):
+        R.GroupLasso(1.0).prox(z, 0.5)
+    with pytest.raises(ValueError, match=r"expected a vector \(p,\) or a batch"):
+        R.L1(1.0).value(z)
+
+
+def re_shape(shape):
+    """The regex of a shape tuple as NumPy prints it."""
+    return re.escape(str(tuple(shape)))
+
+
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        (np.empty(5), r"out must be a ndarray of shape \(2, 4\) and dtype float64 like the input, got ndarray of shape \(5,\)"),
+        (np.empty((4, 2)), r"out must be a ndarray of shape \(2, 4\)"),
+        (np.empty((2, 4), dtype=np.float32), r"out must be .* dtype float64 .* dtype float32"),
+        (np.empty((2, 8))[:, ::2], r"out must be C-contiguous"),
+        (np.empty((4, 2)).T, r"out must be C-contiguous"),
+        ([[0.0] * 4] * 2, r"out must be a ndarray .* got list"),
+    ],
+    ids=["size", "shape", "dtype", "strided", "fortran", "list"],
+)
+@pytest.mark.parametrize("reg", [R.L1(1.0), R.L2Ball(1.0)], ids=["separable", "rowwise"])
+def test_bad_out(reg, out, message):
+    """``out`` must match the input's type, shape and dtype and be C-contiguous."""
+    with pytest.raises(ValueError, match=message):
+        reg.prox(np.ones((2, 4)), 0.5, out=out)
+
+
+def test_normal_map_step_operand_shapes():
+    """``grad``, ``correction``, ``z_ref``, ``x_ref`` and the outputs must fit ``z``; ``lr`` must be > 0."""
+    reg, z = R.L1(0.1), np.ones((3, 4))
+    ok = dict(grad=np.ones((3, 4)), z_ref=np.ones(4), x_ref=np.ones(4), lr=0.1, gamma=0.5)
+    reg.normal_map_step(z, **ok)  # the control call succeeds
+    cases = [
+        (dict(grad=np.ones((3, 5))), r"grad must have shape \(3, 4\), got \(3, 5\)"),
+        (dict(grad=np.ones((2, 4))), r"grad must have shape \(3, 4\), got \(2, 4\)"),
+        (dict(grad=np.ones(4)), r"grad must have shape \(3, 4\), got \(4,\)"),
+        (dict(correction=np.ones((3, 3))), r"correction must have shape \(3, 4\)"),
+        (dict(z_ref=np.ones(5)), r"z_ref must have shape \(4,\)"),
+        (dict(x_ref=np.ones((1, 4))), r"x_ref must have shape \(4,\)"),
+        (dict(z_out=np.empty((3, 5))), r"z_out must be a ndarray of shape \(3, 4\)"),
+        (dict(x_out=np.empty((3, 4), dtype=np.float32)), r"x_out must be a ndarray of shape \(3, 4\) and dtype float64"),
+        (dict(lr=0.0), r"lr must be a finite number > 0"),
+        (dict(lr=NAN), r"lr must be a finite number > 0"),
+    ]
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            reg.normal_map_step(z, **(ok | change))
+
+
+# ---- make ---------------------------------------------------------------------------------------
+
+
+def test_make_unknown_name():
+    """An unknown name is refused, and the message lists the known ones."""
+    with pytest.raises(ValueError, match=r"regularizer 'lasso2' is unknown; choose one of .*elasticnet.*group_lasso"):
+        R.make("lasso2")
+
+
+@pytest.mark.parametrize(
+    "name, params, message",
+    [
+        ("l1", dict(alpha=1.0), r"'alpha'.*L1 accepts \['lam', 'weights'\]"),
+        ("scad", dict(gamma=3.0), r"'gamma'.*SCAD accepts \['lam', 'a'\]"),
+        ("nonnegative", dict(lower=0.0), r"'lower'.*NonNegative accepts no parameters"),
+        ("zero", dict(lam=1.0), r"'lam'.*Zero accepts no parameters"),
+    ],
+    ids=["l1", "scad", "nonnegative", "zero"],
+)
+def test_make_unknown_parameter(name, params, message):
+    """An unknown parameter is refused with a ValueError naming it and listing the accepted ones."""
+    with pytest.raises(ValueError, match=message):
+        R.make(name, **params)
+
+
+def test_make_builds_and_validates():
+    """``make`` is case- and hyphen-insensitive and still validates the values."""
+    assert R.make("L2-Ball", radius=2.0) == R.L2Ball(2.0)
+    assert R.make("group-lasso", lam=0.5, groups=2) == R.GroupLasso(0.5, groups=2)
+    with pytest.raises(ValueError, match=r"^lam must be a finite number >= 0"):
+        R.make("mcp", lam=-1.0)
+
+
+# ---- conversions, in place, pickling ------------------------------------------------------------
+
+
+def all_regularizers(p=6):
+    """One instance of every regularizer for vectors of length 6, array parameters included."""
+    rng = np.random.default_rng(0)
+    return {
+        "zero": R.Zero(),
+        "l1": R.L1(0.4),
+        "l1_weighted": R.L1(0.4, weights=rng.uniform(0, 2, p)),
+        "elasticnet": R.ElasticNet(0.3, 0.8),
+        "group_blocks": R.GroupLasso(0.5, groups=2),
+        "group_labels": R.GroupLasso(0.5, groups=[2, 0, 2, 1, 0, 7], weights=[1.0, 0.0, 2.0, 0.5]),
+        "box": R.Box(-0.4, 0.6),
+        "box_vector": R.Box(-rng.uniform(0, 1, p), rng.uniform(0, 1, p)),
+        "nonnegative": R.NonNegative(),
+        "l2_ball": R.L2Ball(1.3, center=rng.standard_normal(p)),
+        "l1_ball": R.L1Ball(1.5),
+        "simplex": R.Simplex(2.0),
+        "mcp": R.MCP(0.6, gamma=2.5),
+        "scad": R.SCAD(0.5, a=3.7),
+        "nuclear": R.Nuclear(0.5, shape=(2, 3)),
+    }
+
+
+NAMES = list(all_regularizers())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_integer_input_is_converted_to_float64(name):
+    """Integer arrays work and give exactly the float64 result of the same values (prox and value)."""
+    reg = all_regularizers()[name]
+    z_int = np.array([[3, -1, 0, 2, -4, 1], [0, 0, 5, -2, 1, 1]])
+    x = reg.prox(z_int, 0.7)
+    assert x.dtype == np.float64
+    np.testing.assert_array_equal(x, reg.prox(z_int.astype(np.float64), 0.7))
+    np.testing.assert_array_equal(reg.prox(z_int[0], 0.7), x[0])
+    np.testing.assert_allclose(reg.value(z_int), reg.value(z_int.astype(np.float64)), rtol=1e-15, atol=0)
+
+
+def test_integer_input_known_values():
+    """A hand-checked case: soft-thresholding of ``[3, -1, 0]`` by 0.5 is ``[2.5, -0.5, 0]``."""
+    x = R.L1(0.5).prox(np.array([3, -1, 0]), 1.0)
+    assert x.dtype == np.float64
+    np.testing.assert_allclose(x, [2.5, -0.5, 0.0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float32_stays_float32(name):
+    """float32 in, float32 out (prox and normal-map step), close to the float64 result."""
+    reg = all_regularizers()[name]
+    z = np.random.default_rng(1).standard_normal((3, 6)) * 2
+    z32 = z.astype(np.float32)
+    x32 = reg.prox(z32, 0.7)
+    assert x32.dtype == np.float32 and x32.shape == z.shape
+    np.testing.assert_allclose(x32, reg.prox(z32.astype(np.float64), 0.7), rtol=1e-5, atol=1e-5)
+    z_new, x_new = reg.normal_map_step(z32, z32 * 0.5, z32[0], x32[0], 0.1, 0.7)
+    assert z_new.dtype == np.float32 and x_new.dtype == np.float32
+
+
+@pytest.mark.parametrize("shape", [(6,), (4, 6)], ids=["vector", "batch"])
+@pytest.mark.parametrize("name", NAMES)
+def test_out_is_z_in_place(name, shape):
+    """``prox(z, step, out=z)`` overwrites ``z`` with exactly the out-of-place result and returns it."""
+    reg = all_regularizers()[name]
+    z = np.random.default_rng(2).standard_normal(shape) * 2
+    expected = reg.prox(z, 0.7)
+    inplace = z.copy()
+    assert reg.prox(inplace, 0.7, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, expected)
+    out = np.full(shape, np.nan)
+    assert reg.prox(z, 0.7, out=out) is out
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pickle_equality_and_hash(name):
+    """Regularizers pickle (caches dropped), compare equal after a round trip, hash alike, and still work."""
+    reg = all_regularizers()[name]
+    z = np.random.default_rng(3).standard_normal((2, 6))
+    expected = reg.prox(z, 0.7)  # fills the per-backend caches before pickling
+    clone = pickle.loads(pickle.dumps(reg))
+    assert type(clone) is type(reg)
+    assert clone == reg and not (clone != reg)
+    assert hash(clone) == hash(reg)
+    assert not any(key.startswith("_") for key in vars(clone)), "caches must not be pickled"
+    np.testing.assert_array_equal(clone.prox(z, 0.7), expected)
+    assert copy.deepcopy(reg) == reg
+    assert {reg: 1}[clone] == 1  # usable as a dict key
+
+
+def test_equality_distinguishes_parameters_and_types():
+    """Equal parameters compare equal; different values, array contents or types do not."""
+    assert R.L1(0.5, weights=[1.0, 2.0]) == R.L1(0.5, weights=np.array([1.0, 2.0]))
+    assert hash(R.L1(0.5, weights=[1.0, 2.0])) == hash(R.L1(0.5, weights=[1.0, 2.0]))
+    assert R.L1(0.5, weights=[1.0, 2.0]) != R.L1(0.5, weights=[1.0, 3.0])
+    assert R.L1(0.5) != R.L1(0.6)
+    assert R.L1(0.5) != R.L1(0.5, weights=[1.0, 1.0])
+    assert R.GroupLasso(1.0, groups=2) != R.GroupLasso(1.0, groups=[0, 0, 1, 1])
+    assert R.ElasticNet(0.5, 0.0) != R.L1(0.5)
+    assert R.NonNegative() != R.Box(0.0, INF)
+    assert R.MCP(1.0, gamma=3.0) != R.SCAD(1.0, a=3.0)
+
+
+def test_regularizers_are_frozen_and_arrays_read_only():
+    """Parameters cannot be reassigned, and array parameters cannot be modified in place."""
+    reg = R.L1(0.5, weights=[1.0, 2.0])
+    with pytest.raises(AttributeError):
+        reg.lam = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        reg.weights[0] = 5.0
+    source = np.array([1.0, 2.0])
+    box = R.Box(-source, source)
+    source[0] = 100.0  # the caller's array is copied, not aliased
+    assert box.upper[0] == 1.0
+
+
+def test_group_weights_must_be_finite():
+    """Infinite group weights are refused, as the error message promises ("finite numbers >= 0")."""
+    with pytest.raises(ValueError, match=r"weights must be a 1-D array of finite numbers >= 0"):
+        R.GroupLasso(1.0, groups=[0, 1], weights=[1.0, INF])
