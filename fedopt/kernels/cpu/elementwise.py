@@ -23,7 +23,7 @@ BLOCK = 4096
 def _soft(v, tau):
     """``sign(v) * max(|v| - tau, 0)`` as selects (vectorizable); NaN stays NaN."""
     shrunk = v - math.copysign(tau, v)
-    return shrunk if abs(v) > tau or v != v else v * 0
+    return shrunk if (abs(v) > tau) | (v != v) else v * 0  # `|`, not `or`: no branch
 
 
 @inline
