@@ -10,7 +10,7 @@ from numba import prange
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, inline, kernel
 from fedopt.kernels.cpu.elementwise import BLOCK
 
-#: Elements per chunk of the chunked simplex projection (see :func:`_simplex_threshold_rows`).
+#: Elements per (row, chunk) task of the simplex and l1-ball projections (see :func:`_chunk_thresholds`).
 SIMPLEX_CHUNK = 1 << 16
 
 
