@@ -155,36 +155,92 @@ def _condat_threshold(y, j0, j1, use_abs, radius, buf, b0):
 
 
 @kernel
-def _chunk_thresholds(z, use_abs, radius, buf, taus, counts, totals):
-    """Condat's threshold of every (row, chunk); the chunk's candidates stay at its start in ``buf``.
-
-    A chunk's threshold never exceeds its row's (fewer entries share the same radius), so the
-    entries it drops are inactive for the whole row too.
-    """
+def _condat_rows(z, use_abs, radius, buf, taus, totals):
+    """Condat's threshold of every row (rows of at most SIMPLEX_CHUNK entries), in parallel over rows."""
     n, p = z.shape
-    chunks = taus.shape[1]
+    for i in prange(n):
+        taus[i], _, totals[i] = _condat_threshold(z[i], 0, p, use_abs, radius, buf[i], 0)
+
+
+@kernel(fastmath=REDUCTION_MATH)
+def _chunk_sums(z, use_abs, sums, maxima):
+    """``sums[i, c]`` and ``maxima[i, c]`` of ``y = z`` (or ``|z|``) over chunk ``c`` of row ``i``."""
+    n, p = z.shape
+    chunks = sums.shape[1]
     for task in prange(n * chunks):
         i = task // chunks
         c = task - i * chunks
-        j0 = c * SIMPLEX_CHUNK
-        tau, count, total = _condat_threshold(z[i], j0, min(j0 + SIMPLEX_CHUNK, p), use_abs, radius, buf[i], j0)
-        taus[i, c] = tau
-        counts[i, c] = count
-        totals[i, c] = total
+        zi = z[i]
+        total = 0.0
+        top = -math.inf
+        for j in range(c * SIMPLEX_CHUNK, min((c + 1) * SIMPLEX_CHUNK, p)):
+            y = abs(zi[j]) if use_abs else zi[j]
+            total += y
+            top = y if y > top else top
+        sums[i, c] = total
+        maxima[i, c] = top
 
 
 @kernel
-def _merge_chunks(buf, counts, radius, scratch, taus):
-    """Per row: gather the chunks' candidates to the front of ``buf[i]`` and threshold them together."""
-    n = buf.shape[0]
+def _keep_above(z, use_abs, gather, taus, buf, counts, sums):
+    """Keep the entries above ``taus[i]`` at the start of each chunk's slice of ``buf``, with their count and sum.
+
+    ``gather`` reads the entries from ``z`` (first pass); otherwise the kept entries of ``buf`` are
+    filtered again, in place.
+    """
+    n, p = z.shape
     chunks = counts.shape[1]
-    for i in prange(n):
-        size = 0
-        for c in range(chunks):
-            for k in range(counts[i, c]):
-                buf[i, size + k] = buf[i, c * SIMPLEX_CHUNK + k]
-            size += counts[i, c]
-        taus[i] = _condat_threshold(buf[i], 0, size, False, radius, scratch[i], 0)[0]
+    for task in prange(n * chunks):
+        i = task // chunks
+        c = task - i * chunks
+        tau = taus[i]
+        b0 = c * SIMPLEX_CHUNK
+        kept = 0
+        total = 0.0
+        if gather:
+            zi = z[i]
+            for j in range(b0, min(b0 + SIMPLEX_CHUNK, p)):
+                y = abs(zi[j]) if use_abs else zi[j]
+                if y > tau:
+                    buf[i, b0 + kept] = y
+                    kept += 1
+                    total += y
+        else:
+            for m in range(counts[i, c]):
+                y = buf[i, b0 + m]
+                if y > tau:
+                    buf[i, b0 + kept] = y
+                    kept += 1
+                    total += y
+        counts[i, c] = kept
+        sums[i, c] = total
+
+
+def _newton_thresholds(z, radius, use_abs, buf):
+    """Simplex thresholds of long rows by Michelot's (Newton's) method over parallel chunks.
+
+    ``tau_{k+1} = (sum(y > tau_k) - radius) / count(y > tau_k)`` rises monotonically to the
+    threshold from any lower bound; entries at or below ``tau_k`` are dropped for good, so each
+    pass scans fewer candidates. Starts from ``max(max(y) - radius, (sum(y) - radius) / p)``.
+    Returns ``(tau, row_totals)``.
+    """
+    n, p = z.shape
+    chunks = (p + SIMPLEX_CHUNK - 1) // SIMPLEX_CHUNK
+    sums, maxima = np.empty((n, chunks)), np.empty((n, chunks))
+    _chunk_sums(z.size, z, use_abs, sums, maxima)
+    row_totals = sums.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tau = np.maximum(maxima.max(axis=1) - radius, (row_totals - radius) / p)
+        counts = np.empty((n, chunks), dtype=np.int64)
+        _keep_above(z.size, z, use_abs, True, tau, buf, counts, sums)
+        size = counts.sum(axis=1)
+        while True:
+            tau = (sums.sum(axis=1) - radius) / size
+            _keep_above(int(size.sum()), z, use_abs, False, tau, buf, counts, sums)
+            new_size = counts.sum(axis=1)
+            if np.array_equal(new_size, size):
+                return tau, row_totals
+            size = new_size
 
 
 @kernel
@@ -210,22 +266,19 @@ def _shrink_rows(z, taus, use_abs, out):
 
 
 def _simplex_thresholds(z, radius, use_abs):
-    """Per-row threshold ``tau`` of the simplex projection of ``z`` (or ``|z|``); NaN for non-finite rows."""
+    """Per-row threshold ``tau`` of the simplex projection of ``z`` (or ``|z|``); NaN for non-finite rows.
+
+    Rows of up to SIMPLEX_CHUNK entries use Condat's one-pass method; longer rows use parallel
+    Newton passes, whose cost does not grow with the radius as Condat's does.
+    """
     n, p = z.shape
-    chunks = (p + SIMPLEX_CHUNK - 1) // SIMPLEX_CHUNK
     buf = np.empty((n, p))  # pages are touched only where candidates are written
-    taus = np.empty((n, chunks))
-    counts = np.empty((n, chunks), dtype=np.int64)
-    totals = np.empty((n, chunks))
-    _chunk_thresholds(z.size, z, use_abs, float(radius), buf, taus, counts, totals)
-    if chunks == 1:
-        tau = taus[:, 0].copy()
+    radius = float(radius)
+    if p <= SIMPLEX_CHUNK:
+        tau, row_totals = np.empty(n), np.empty(n)
+        _condat_rows(z.size if n > 1 else 0, z, use_abs, radius, buf, tau, row_totals)
     else:
-        tau = np.empty(n)
-        sizes = counts.sum(axis=1)
-        work = int(sizes.sum()) if n > 1 else 0  # parallel over rows only
-        _merge_chunks(work, buf, counts, float(radius), np.empty((n, int(sizes.max()))), tau)
-    row_totals = totals.sum(axis=1)
+        tau, row_totals = _newton_thresholds(z, radius, use_abs, buf)
     if use_abs:
         tau[row_totals <= radius] = 0.0  # already inside the l1 ball: the projection is the identity
     tau[~np.isfinite(row_totals)] = np.nan
