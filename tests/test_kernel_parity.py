@@ -133,3 +133,14 @@ def test_second_call_does_not_recompile():
         R.MCP(0.1, 3.0).prox(sample(shape, dtype), 0.5)
         reg.prox(np.asfortranarray(sample((4, 6), dtype)), 0.5)  # converted to C order at the boundary
     assert len(elementwise.prox_elementwise_kernel.serial.signatures) == compiled
+
+
+@pytest.mark.parametrize("module", ["reference", "cpu"])
+def test_kernel_modules_implement_the_contract(module):
+    import importlib
+
+    from fedopt.kernels import KERNEL_NAMES
+
+    kernels = importlib.import_module(f"fedopt.kernels.{module}")
+    missing = [name for name in KERNEL_NAMES if not callable(getattr(kernels, name, None))]
+    assert not missing, f"fedopt.kernels.{module} lacks {missing}"

@@ -44,6 +44,17 @@ Fused normal-map step (the FedNMap local step)
     prox afterwards.
 """
 
+#: The functions every kernel module (reference, cpu, gpu) provides, with the signatures above.
+KERNEL_NAMES = (
+    "normal_map_step",
+    "project_l1_ball",
+    "project_l2_ball",
+    "project_simplex",
+    "prox_elementwise",
+    "prox_group",
+    "prox_nuclear",
+)
+
 # Codes of the separable prox kernels, and the layout of ``theta`` / ``w`` for each.
 IDENTITY = 0  # x = v
 SOFT = 1  # theta = (tau, scale): x = scale * sign(v) * max(|v| - tau, 0)

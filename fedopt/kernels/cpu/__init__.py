@@ -7,6 +7,7 @@ arrays, and cached on disk unless ``FEDOPT_NUMBA_CACHE=0``.
 
 from __future__ import annotations
 
+from fedopt.kernels import KERNEL_NAMES
 from fedopt.kernels.cpu import elementwise as _elementwise
 from fedopt.kernels.cpu import rows as _rows
 from fedopt.kernels.cpu.rows import project_l1_ball, project_l2_ball, project_simplex
@@ -14,15 +15,7 @@ from fedopt.kernels.cpu.rows import project_l1_ball, project_l2_ball, project_si
 # LAPACK does the SVD: the batched NumPy call is already the fast path (no hand-written SVD).
 from fedopt.kernels.reference import prox_nuclear
 
-__all__ = [
-    "normal_map_step",
-    "project_l1_ball",
-    "project_l2_ball",
-    "project_simplex",
-    "prox_elementwise",
-    "prox_group",
-    "prox_nuclear",
-]
+__all__ = list(KERNEL_NAMES)
 
 
 def prox_elementwise(z, kind, theta, w, out):

@@ -12,19 +12,12 @@ with this package, so that :mod:`.rows` (Numba-CUDA only) can be imported and te
 simulator of a machine without CuPy.
 """
 
+from fedopt.kernels import KERNEL_NAMES
 from fedopt.kernels.gpu.rows import project_l1_ball, project_l2_ball, project_simplex, prox_group
 
 _CUPY_KERNELS = ("normal_map_step", "prox_elementwise", "prox_nuclear")
 
-__all__ = [
-    "normal_map_step",
-    "project_l1_ball",
-    "project_l2_ball",
-    "project_simplex",
-    "prox_elementwise",
-    "prox_group",
-    "prox_nuclear",
-]
+__all__ = list(KERNEL_NAMES)
 
 
 def __getattr__(name):
