@@ -11,7 +11,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("regularizers", "kernels")
+_SUBMODULES = ("datasets", "kernels", "problems", "regularizers")
 
 __all__ = ["__version__", "available_backends", "get_backend", *_SUBMODULES]
 

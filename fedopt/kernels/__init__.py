@@ -42,10 +42,29 @@ Fused normal-map step (the FedNMap local step)
     ``(n, p)``; ``c`` is ``(n, p)`` or ``(0, 0)`` (absent); ``z_ref`` and ``x_ref`` are ``(p,)``,
     shared by all rows. Non-separable regularizers pass ``kind=IDENTITY`` and apply their own
     prox afterwards.
+
+Model oracles (the batched client losses and gradients of :mod:`fedopt.problems`)
+---------------------------------------------------------------------------------
+Client ``i`` owns rows ``offsets[i]:offsets[i+1]`` of ``X`` (C-contiguous float32, float64 or
+uint8 features, scaled by ``scale``; CSR on the CPU backends). ``rows`` is an int64 ``(n, b)``
+array of global row indices, one minibatch per client drawn on the host, or ``(n, 0)`` for all
+of each client's rows. ``W`` is ``(n, p)`` (one point per client) or ``(1, p)`` (one shared
+point). Each oracle writes the mean loss of client ``i`` to ``loss_out[i]`` and its gradient to
+``grad_out[i]``; an empty ``loss_out`` (shape ``(0,)``) or ``grad_out`` (``(0, 0)``) is skipped.
+``y`` holds targets in the dtype of ``W``: values, ``+-1`` or class codes.
+
+``linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out)``
+    A linear model with ``n_out`` outputs: ``W[i]`` is the ``(n_out, d)`` coefficients in C order,
+    then ``n_out`` intercepts when ``fit_intercept``; ``kind`` is LEAST_SQUARES, LOGISTIC or
+    SOFTMAX (below).
+``mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out)``
+    One hidden sigmoid layer and softmax cross-entropy; ``W[i] = [W1 (h, d), b1, W2 (k, h), b2]``.
 """
 
 #: The functions every kernel module (reference, cpu, gpu) provides, with the signatures above.
 KERNEL_NAMES = (
+    "linear_oracle",
+    "mlp_oracle",
     "normal_map_step",
     "project_l1_ball",
     "project_l2_ball",
@@ -63,6 +82,11 @@ CLIP = 3  # theta = (lo, hi): x = clip(v, lo, hi)
 CLIP_VECTOR = 4  # w[0] = lower bounds, w[1] = upper bounds
 MCP = 5  # theta = (tau, knee, inv): 0 | sign(v)(|v| - tau) * inv | v, split at tau and knee
 SCAD = 6  # theta = (tau, knee1, knee2, shift, inv): soft | sign(v)(|v| - shift) * inv | v
+
+# Losses of the linear-model oracle (``linear_oracle``'s ``kind``).
+LEAST_SQUARES = 0  # (m - y)^2 / 2, one output
+LOGISTIC = 1  # log(1 + exp(-y m)), y = +-1, one output
+SOFTMAX = 2  # logsumexp(m) - m[y], y = class code, one output per class
 
 KIND_NAMES = {
     IDENTITY: "identity",

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, MCP, SCAD, SOFT, SOFT_WEIGHTED
+from fedopt.kernels import (
+    CLIP,
+    CLIP_VECTOR,
+    IDENTITY,
+    LEAST_SQUARES,
+    LOGISTIC,
+    MCP,
+    SCAD,
+    SOFT,
+    SOFT_WEIGHTED,
+    SOFTMAX,
+)
 
 
 def _soft(v, tau):
@@ -126,3 +137,93 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
     z_out[...] = z_new
     x_out[...] = _elementwise(z_new, kind, theta, w)
     return z_out, x_out
+
+
+# ------------------------------------------------------------------------------ model oracles
+def _client_rows(offsets, rows, i):
+    """Rows of client ``i``: its minibatch ``rows[i]``, or all its rows when ``rows`` has no columns."""
+    return rows[i] if rows.shape[1] else np.arange(offsets[i], offsets[i + 1])
+
+
+def loss_residual(M, y, kind):
+    """Per-sample losses and their derivatives ``dloss/dM`` for margins ``M`` of shape ``(..., n_out)``.
+
+    LEAST_SQUARES ``(M - y)^2 / 2``; LOGISTIC ``log(1 + exp(-y M))`` with ``y = +-1``; SOFTMAX
+    ``logsumexp(M) - M[y]`` with ``y`` the class code. Written for any array module, so the
+    batched kernels share it.
+    """
+    xp = array_module(M)
+    if kind == LEAST_SQUARES:
+        r = M[..., 0] - y
+        return 0.5 * r * r, r[..., None]
+    if kind == LOGISTIC:
+        t = -y * M[..., 0]
+        return xp.logaddexp(0, t), (-y * sigmoid(t))[..., None]
+    top = M.max(axis=-1, keepdims=True)
+    E = xp.exp(M - top)
+    S = E.sum(axis=-1, keepdims=True)
+    onehot = y[..., None].astype(xp.int64) == xp.arange(M.shape[-1])
+    return (xp.log(S) + top)[..., 0] - (M * onehot).sum(axis=-1), E / S - onehot
+
+
+def sigmoid(x):
+    """``1 / (1 + exp(-x))`` without overflow, for any array module."""
+    xp = array_module(x)
+    return xp.exp(-xp.logaddexp(0, -x))
+
+
+def array_module(a):
+    """NumPy for NumPy arrays, CuPy for CuPy arrays (without importing CuPy here)."""
+    return np if isinstance(a, np.ndarray) else a.__array_namespace__()
+
+
+def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
+    """Mean loss and gradient of a linear model on each client's rows.
+
+    Client ``i`` owns rows ``offsets[i]:offsets[i+1]`` of ``X`` (dense of any storage dtype, or
+    CSR) and uses ``rows[i]`` (global row indices; all of its rows when ``rows`` is ``(n, 0)``).
+    Its parameters ``W[i]`` (``W[0]`` for all clients when ``W`` has one row) are the
+    ``(n_out, d)`` coefficients in C order followed, with ``fit_intercept``, by ``n_out``
+    intercepts. Margins are ``M = scale * X_r @ coef.T + intercept``. Writes
+    ``loss_out[i] = mean(loss(M))`` and ``grad_out[i]``; either may be empty to skip it.
+    """
+    d = X.shape[1]
+    for i in range(len(offsets) - 1):
+        r = _client_rows(offsets, rows, i)
+        w = W[i if len(W) > 1 else 0]
+        coef = w[: n_out * d].reshape(n_out, d)
+        X_r = X[r]
+        M = scale * (X_r @ coef.T) + (w[n_out * d :] if fit_intercept else 0)
+        loss, R = loss_residual(M, y[r], kind)
+        if len(loss_out):
+            loss_out[i] = loss.mean()
+        if len(grad_out):
+            grad_out[i, : n_out * d] = (scale / len(r)) * (X_r.T @ R).T.ravel()
+            if fit_intercept:
+                grad_out[i, n_out * d :] = R.mean(axis=0)
+    return loss_out, grad_out
+
+
+def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):
+    """Mean softmax cross-entropy and gradient of a one-hidden-layer sigmoid network per client.
+
+    ``W[i]`` is ``[W1 (h, d), b1 (h), W2 (k, h), b2 (k)]``, each in C order:
+    ``H = sigmoid(scale * X_r @ W1.T + b1)``, ``O = H @ W2.T + b2``, loss ``logsumexp(O) - O[y]``.
+    Rows, ``loss_out`` and ``grad_out`` as in :func:`linear_oracle`.
+    """
+    d, h, k = X.shape[1], n_hidden, n_classes
+    for i in range(len(offsets) - 1):
+        r = _client_rows(offsets, rows, i)
+        w = W[i if len(W) > 1 else 0]
+        W1, b1 = w[: h * d].reshape(h, d), w[h * d : h * d + h]
+        W2, b2 = w[h * d + h : h * d + h + k * h].reshape(k, h), w[h * d + h + k * h :]
+        X_r = scale * X[r].astype(W.dtype)
+        H = sigmoid(X_r @ W1.T + b1)
+        loss, dO = loss_residual(H @ W2.T + b2, y[r], SOFTMAX)
+        dO /= len(r)
+        dA = (dO @ W2) * H * (1 - H)
+        if len(loss_out):
+            loss_out[i] = loss.mean()
+        if len(grad_out):
+            grad_out[i] = np.concatenate([(dA.T @ X_r).ravel(), dA.sum(0), (dO.T @ H).ravel(), dO.sum(0)])
+    return loss_out, grad_out

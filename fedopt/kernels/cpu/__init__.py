@@ -8,7 +8,9 @@ arrays, and cached on disk unless ``FEDOPT_NUMBA_CACHE=0``.
 from __future__ import annotations
 
 from fedopt.kernels import KERNEL_NAMES
+from fedopt.kernels.batched import mlp_oracle  # BLAS batched products are the fast path here
 from fedopt.kernels.cpu import elementwise as _elementwise
+from fedopt.kernels.cpu import models as _models
 from fedopt.kernels.cpu import rows as _rows
 from fedopt.kernels.cpu.rows import project_l1_ball, project_l2_ball, project_simplex
 
@@ -35,3 +37,17 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
     eta, inv_gamma = z.dtype.type(eta), z.dtype.type(inv_gamma)  # float32 data stays in float32
     _elementwise.normal_map_kernel(z.size, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta.astype(z.dtype), w, z_out, x_out)
     return z_out, x_out
+
+
+def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
+    """Loss and gradient of a linear model per client, one fused pass per row (dense or CSR ``X``)."""
+    scale = W.dtype.type(scale)
+    n_rows = rows.size if rows.shape[1] else X.shape[0]
+    if hasattr(X, "indptr"):  # scipy.sparse CSR
+        work = n_rows * n_out * max(1, X.nnz // max(1, X.shape[0]))
+        _models.linear_oracle_csr(work, X.data, X.indices, X.indptr, X.shape[1], y, offsets, W, rows, kind, n_out,
+                                  scale, fit_intercept, loss_out, grad_out)
+    else:
+        _models.linear_oracle_dense(n_rows * n_out * X.shape[1], X, y, offsets, W, rows, kind, n_out, scale,
+                                    fit_intercept, loss_out, grad_out)
+    return loss_out, grad_out

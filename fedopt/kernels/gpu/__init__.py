@@ -2,6 +2,7 @@
 
 * :mod:`.elementwise` -- CuPy element-wise kernels (separable prox, fused normal-map step) and the
   nuclear-norm prox by batched cuSOLVER SVDs;
+* :mod:`fedopt.kernels.batched` -- the model oracles as cuBLAS batched products through CuPy;
 * :mod:`.rows` -- Numba-CUDA kernels, one thread block per row, for the l2 ball, the group lasso,
   the simplex and the l1 ball; they take CuPy arrays as they are and launch on the stream that
   their ``__cuda_array_interface__`` names.
@@ -13,6 +14,7 @@ simulator of a machine without CuPy.
 """
 
 from fedopt.kernels import KERNEL_NAMES
+from fedopt.kernels.batched import linear_oracle, mlp_oracle
 from fedopt.kernels.gpu.rows import project_l1_ball, project_l2_ball, project_simplex, prox_group
 
 _CUPY_KERNELS = ("normal_map_step", "prox_elementwise", "prox_nuclear")

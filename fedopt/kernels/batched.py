@@ -1,0 +1,81 @@
+"""Batched-product kernels for the model oracles, written once for NumPy and CuPy arrays.
+
+A minibatch step gathers every client's rows into ``(n, b, d)`` and does each layer as one
+batched matrix product (``matmul`` on 3-D arrays: BLAS on the CPU, cuBLAS strided-batched GEMM
+on the GPU). Full-data passes run one pair of products per client on its contiguous row block,
+because clients may hold different numbers of rows. Signatures are those of
+:mod:`fedopt.kernels.reference`; the CPU backend uses :func:`mlp_oracle` from here, the GPU
+backend both functions.
+"""
+
+from __future__ import annotations
+
+from fedopt.kernels import SOFTMAX
+from fedopt.kernels.reference import array_module, loss_residual, sigmoid
+
+
+def _blocks(X, y, offsets, rows, dtype, scale):
+    """``(client indices, X block (c, m, d) in dtype, y block (c, m))`` pairs: one batch, or one per client."""
+    xp = array_module(X)
+    if rows.shape[1]:
+        index = xp.asarray(rows)
+        yield slice(None), _features(X[index], dtype, scale), y[index]
+    else:
+        for i in range(len(offsets) - 1):
+            s, e = int(offsets[i]), int(offsets[i + 1])
+            yield slice(i, i + 1), _features(X[s:e][None], dtype, scale), y[s:e][None]
+
+
+def _features(X_block, dtype, scale):
+    X_block = X_block if X_block.dtype == dtype else X_block.astype(dtype)
+    return X_block * dtype.type(scale) if scale != 1 else X_block
+
+
+def _params(W, clients):
+    """The rows of ``W`` for these clients, kept 2-D; one shared row broadcasts to all."""
+    return W if W.shape[0] == 1 else W[clients]
+
+
+def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
+    """Batched :func:`fedopt.kernels.reference.linear_oracle`: ``M = X_b @ coef^T`` per client as one ``matmul``."""
+    d = X.shape[1]
+    for clients, Xb, yb in _blocks(X, y, offsets, rows, W.dtype, scale):
+        w = _params(W, clients)
+        coef = w[:, : n_out * d].reshape(-1, n_out, d)
+        M = Xb @ coef.transpose(0, 2, 1)
+        if fit_intercept:
+            M += w[:, None, n_out * d :]
+        loss, R = loss_residual(M, yb, kind)
+        if len(loss_out):
+            loss_out[clients] = loss.mean(axis=1)
+        if len(grad_out):
+            m = Xb.shape[1]
+            grad_out[clients, : n_out * d] = ((R.transpose(0, 2, 1) @ Xb) / m).reshape(-1, n_out * d)
+            if fit_intercept:
+                grad_out[clients, n_out * d :] = R.mean(axis=1)
+    return loss_out, grad_out
+
+
+def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):
+    """Batched :func:`fedopt.kernels.reference.mlp_oracle`: each layer, forward and backward, is one ``matmul``."""
+    d, h, k = X.shape[1], n_hidden, n_classes
+    for clients, Xb, yb in _blocks(X, y, offsets, rows, W.dtype, scale):
+        w = _params(W, clients)
+        W1, b1 = w[:, : h * d].reshape(-1, h, d), w[:, None, h * d : h * d + h]
+        W2, b2 = w[:, h * d + h : h * d + h + k * h].reshape(-1, k, h), w[:, None, h * d + h + k * h :]
+        A = Xb @ W1.transpose(0, 2, 1)
+        A += b1
+        H = sigmoid(A)
+        loss, dO = loss_residual(H @ W2.transpose(0, 2, 1) + b2, yb, SOFTMAX)
+        dO /= Xb.shape[1]
+        if len(loss_out):
+            loss_out[clients] = loss.mean(axis=1)
+        if len(grad_out):
+            dA = dO @ W2
+            dA *= H * (1 - H)
+            c = grad_out[clients]  # a view: a slice of rows
+            c[:, : h * d] = (dA.transpose(0, 2, 1) @ Xb).reshape(-1, h * d)
+            c[:, h * d : h * d + h] = dA.sum(axis=1)
+            c[:, h * d + h : h * d + h + k * h] = (dO.transpose(0, 2, 1) @ H).reshape(-1, k * h)
+            c[:, h * d + h + k * h :] = dO.sum(axis=1)
+    return loss_out, grad_out

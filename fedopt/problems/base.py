@@ -1,0 +1,218 @@
+"""The federated objective ``f(x) = sum_i w_i f_i(x)`` and its batched client oracles."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+
+from fedopt._backend import Backend, get_backend
+from fedopt.datasets import FederatedDataset
+
+WEIGHTS = ("uniform", "samples")
+
+
+def client_weights(dataset: FederatedDataset, weights) -> np.ndarray:
+    """``w_i``: ``"uniform"`` (1/n, as in the papers), ``"samples"`` (m_i / m: the pooled objective) or given."""
+    if isinstance(weights, str):
+        if weights == "uniform":
+            return np.full(dataset.n_clients, 1.0 / dataset.n_clients)
+        if weights == "samples":
+            return dataset.client_sizes / dataset.n_samples
+        raise ValueError(f"weights={weights!r} is unknown; choose 'uniform', 'samples' or an array of n_clients floats")
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (dataset.n_clients,):
+        raise ValueError(f"weights must have one entry per client, shape ({dataset.n_clients},), got {w.shape}")
+    if not (np.isfinite(w).all() and (w >= 0).all() and abs(w.sum() - 1) < 1e-8):
+        raise ValueError("weights must be finite, >= 0 and sum to 1; divide them by their sum")
+    return w
+
+
+class Problem:
+    """Base class of the federated problems: the data on a backend and the batched oracles.
+
+    A problem owns a :class:`~fedopt.datasets.FederatedDataset` and the client weights ``w_i``;
+    client ``i``'s loss ``f_i`` is the mean loss over its ``m_i`` samples. Every oracle works on
+    all clients at once: ``W`` is ``(n_clients, p)`` (one point per client) or ``(p,)`` (one
+    point for all), and minibatches are global row indices ``(n_clients, batch)`` drawn on the
+    host (see :meth:`sample_rows`) so that every backend walks the same trajectory.
+    Arrays come back on the problem's backend (NumPy, or CuPy for ``"gpu"``).
+    """
+
+    name: ClassVar[str] = ""
+    is_classifier: ClassVar[bool] = True
+
+    def __init__(self, dataset: FederatedDataset, weights="uniform", backend: str | Backend = "auto"):
+        if not isinstance(dataset, FederatedDataset):
+            raise TypeError("dataset must be a fedopt.datasets.FederatedDataset; build one with "
+                            "fedopt.datasets.partition(X, y, n_clients=...)")
+        self.dataset = dataset
+        self.weights = client_weights(dataset, weights)
+        self.backend = get_backend(backend)
+        if dataset.is_sparse and self.backend.name == "gpu":
+            raise ValueError("sparse X runs on backend='numpy' or 'numba'; for 'gpu' densify it with X.toarray()")
+        self.dtype = dataset.dtype
+        self._offsets = dataset.offsets
+        self._X = self._to_backend_features(dataset.X)
+        self._y = self.backend.xp.asarray(self._targets(dataset.y), dtype=self.dtype)
+        self._X_test = self._y_test = None
+        if dataset.X_test is not None:
+            self._X_test = self._to_backend_features(dataset.X_test)
+            self._y_test = self.backend.xp.asarray(self._targets(dataset.y_test), dtype=self.dtype)
+        self._no_rows = np.empty((self.n_clients, 0), dtype=np.int64)
+
+    # ------------------------------------------------------------------ what subclasses define
+    @property
+    def n_params(self) -> int:
+        """``p``, the length of the flat parameter vector."""
+        raise NotImplementedError
+
+    def _targets(self, y: np.ndarray) -> np.ndarray:
+        """The dataset's targets in the form the kernels take (values, +-1 or class codes); checks them."""
+        raise NotImplementedError
+
+    def _oracle(self, W, rows, loss_out, grad_out) -> None:
+        """Call the backend kernel: write client losses and gradients (either may be empty)."""
+        raise NotImplementedError
+
+    def decision_function(self, x, X=None):
+        """Outputs of the model ``x`` on the raw rows ``X`` (default: the training set)."""
+        raise NotImplementedError
+
+    def init(self, seed=None):
+        """The initial point ``x_0`` (zeros for linear models)."""
+        return self.backend.xp.zeros(self.n_params, dtype=self.dtype)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_clients(self) -> int:
+        return self.dataset.n_clients
+
+    @property
+    def n_features(self) -> int:
+        return self.dataset.n_features
+
+    # ------------------------------------------------------------------ oracles
+    def client_loss_grad(self, W, rows=None, *, loss=True, grad=True, grad_out=None):
+        """``(f_i(w_i), grad f_i(w_i))`` for every client, on its minibatch ``rows[i]`` or all its data.
+
+        Returns ``(loss (n,), grad (n, p))``; pass ``loss=False`` or ``grad=False`` to skip one
+        (it comes back as None), and ``grad_out`` to reuse an ``(n, p)`` array.
+        """
+        W = self._points(W)
+        rows = self._rows(rows)
+        xp = self.backend.xp
+        loss_out = xp.empty(self.n_clients if loss else 0, dtype=self.dtype)
+        if grad and grad_out is None:
+            grad_out = xp.empty((self.n_clients, self.n_params), dtype=self.dtype)
+        elif grad:
+            self._check_out(grad_out)
+        self._oracle(W, rows, loss_out, grad_out if grad else xp.empty((0, 0), dtype=self.dtype))
+        return (loss_out if loss else None), (grad_out if grad else None)
+
+    def client_grad(self, W, rows=None, out=None):
+        """``grad f_i(w_i)`` of every client, shape ``(n_clients, p)``: minibatch ``rows`` or full data."""
+        return self.client_loss_grad(W, rows, loss=False, grad_out=out)[1]
+
+    def client_loss(self, W, rows=None):
+        """``f_i(w_i)`` of every client, shape ``(n_clients,)``."""
+        return self.client_loss_grad(W, rows, grad=False)[0]
+
+    def loss(self, x) -> float:
+        """``f(x) = sum_i w_i f_i(x)`` on all the training data."""
+        return float(self._weighted(self.client_loss(self._vector(x))))
+
+    def grad(self, x):
+        """``grad f(x) = sum_i w_i grad f_i(x)`` on all the training data, shape ``(p,)``."""
+        return self._weighted(self.client_grad(self._vector(x)))
+
+    def loss_grad(self, x):
+        """``(f(x), grad f(x))`` in one pass over the data."""
+        losses, grads = self.client_loss_grad(self._vector(x))
+        return float(self._weighted(losses)), self._weighted(grads)
+
+    def sample_rows(self, rng: np.random.Generator, batch_size: int, steps: int | None = None) -> np.ndarray:
+        """Minibatch row indices drawn uniformly with replacement from each client's own rows.
+
+        Shape ``(n_clients, batch_size)``, or ``(steps, n_clients, batch_size)``; int64 global
+        row indices on the host, to pass to the oracles.
+        """
+        batch_size = int(batch_size)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        shape = (self.n_clients, batch_size) if steps is None else (int(steps), self.n_clients, batch_size)
+        sizes = self.dataset.client_sizes[:, None]
+        return (rng.integers(0, sizes, size=shape) + self._offsets[:-1, None]).astype(np.int64)
+
+    # ------------------------------------------------------------------ evaluation
+    def score(self, x, test: bool = True) -> float:
+        """Accuracy for a classifier, R^2 for a regression, on the test split (or the training set)."""
+        X, y = (self._X_test, self._y_test) if test and self._X_test is not None else (self._X, self._y)
+        return float(self._score(self.decision_function(self._vector(x), X), y))
+
+    def accuracy(self, x, test: bool = True) -> float:
+        """Fraction of correctly classified samples on the test split (or the training set)."""
+        if not self.is_classifier:
+            raise ValueError(f"{type(self).__name__} is a regression; use score() for R^2")
+        return self.score(x, test)
+
+    def _score(self, outputs, y):
+        """Accuracy of the outputs ``(m, n_classes)`` against class codes."""
+        xp = self.backend.xp
+        return xp.mean(xp.argmax(outputs, axis=1) == y)
+
+    # ------------------------------------------------------------------ plumbing
+    def _features(self, X):
+        """Raw rows as floats of the problem's dtype, scaled."""
+        if sp.issparse(X):
+            return X * self.dataset.scale if self.dataset.scale != 1 else X
+        X = X.astype(self.dtype, copy=False)
+        return X * self.dtype.type(self.dataset.scale) if self.dataset.scale != 1 else X
+
+    def _to_backend_features(self, X):
+        if sp.issparse(X):
+            return X if X.dtype == self.dtype else X.astype(self.dtype)
+        if X.dtype == np.uint8:
+            return self.backend.xp.asarray(X)
+        return self.backend.asarray(X, dtype=self.dtype)
+
+    def _points(self, W):
+        W = self.backend.asarray(W, dtype=self.dtype)
+        if W.ndim == 1:
+            W = W.reshape(1, -1)
+        if W.ndim != 2 or W.shape[1] != self.n_params or W.shape[0] not in (1, self.n_clients):
+            raise ValueError(f"W must have shape ({self.n_params},) or ({self.n_clients}, {self.n_params}) "
+                             f"(one point for all clients, or one per client), got {tuple(W.shape)}")
+        return W
+
+    def _vector(self, x):
+        x = self.backend.asarray(x, dtype=self.dtype)
+        if x.shape != (self.n_params,):
+            raise ValueError(f"x must have shape ({self.n_params},), got {tuple(x.shape)}")
+        return x
+
+    def _rows(self, rows):
+        if rows is None:
+            return self._no_rows
+        rows = np.asarray(self.backend.to_numpy(rows))
+        if rows.ndim != 2 or rows.shape[0] != self.n_clients or rows.dtype.kind not in "iu" or rows.shape[1] == 0:
+            raise ValueError(f"rows must be an integer array of shape ({self.n_clients}, batch_size) with batch_size "
+                             f">= 1, got {rows.dtype} {rows.shape}; draw it with sample_rows()")
+        if rows.min() < 0 or rows.max() >= self.dataset.n_samples:
+            raise ValueError(f"rows holds indices outside 0..{self.dataset.n_samples - 1}")
+        return np.ascontiguousarray(rows, dtype=np.int64)
+
+    def _check_out(self, out):
+        if out.shape != (self.n_clients, self.n_params) or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"grad_out must be a C-contiguous {self.dtype} array of shape "
+                             f"({self.n_clients}, {self.n_params}), got {out.dtype} {tuple(out.shape)}")
+
+    def _weighted(self, per_client):
+        """``sum_i w_i v_i`` over the client axis."""
+        return self.backend.xp.asarray(self.weights, dtype=self.dtype) @ per_client
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.dataset!r}, p={self.n_params}, dtype={self.dtype}, "
+                f"backend={self.backend.name!r})")
+

@@ -1,0 +1,138 @@
+"""Linear models: ``LeastSquares`` (Lasso's datafit), ``Logistic`` (binary) and ``Softmax`` (multinomial)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import svds
+
+from fedopt import kernels as K
+from fedopt.problems.base import Problem
+
+
+class LinearModel(Problem):
+    """A linear model with ``n_out`` outputs: ``M = X @ coef.T + intercept`` per sample.
+
+    Parameters are one flat vector of length ``p = n_out * (d + fit_intercept)``: the
+    ``(n_out, d)`` coefficients in C order (scikit-learn's ``coef_`` layout), then, with
+    ``fit_intercept``, the ``n_out`` intercepts. A regularizer acts on the whole vector
+    (intercepts included), as in the papers; give the intercept a zero weight
+    (``L1(lam, weights=...)``) to leave it unpenalized.
+    """
+
+    kind: int = K.LEAST_SQUARES
+
+    def __init__(self, dataset, weights="uniform", fit_intercept: bool = False, backend="auto"):
+        self.fit_intercept = bool(fit_intercept)
+        super().__init__(dataset, weights, backend)
+
+    @property
+    def n_out(self) -> int:
+        return 1
+
+    @property
+    def n_params(self) -> int:
+        return self.n_out * (self.n_features + self.fit_intercept)
+
+    def unpack(self, x):
+        """``(coef (n_out, d), intercept (n_out,))`` views of a flat parameter vector."""
+        d = self.n_features
+        coef = x[: self.n_out * d].reshape(self.n_out, d)
+        intercept = x[self.n_out * d :] if self.fit_intercept else self.backend.xp.zeros(self.n_out, dtype=x.dtype)
+        return coef, intercept
+
+    def _oracle(self, W, rows, loss_out, grad_out):
+        self.backend.kernels.linear_oracle(self._X, self._y, self._offsets, W, rows, self.kind, self.n_out,
+                                           self.dataset.scale, self.fit_intercept, loss_out, grad_out)
+
+    def decision_function(self, x, X=None):
+        """Margins ``scale * X @ coef.T + intercept``, shape ``(m, n_out)``."""
+        coef, intercept = self.unpack(self._vector(x))
+        X = self._X if X is None else X
+        return self._features(X) @ coef.T + intercept
+
+    def smoothness(self) -> np.ndarray:
+        """A Lipschitz constant ``L_i`` of each ``grad f_i``: ``c * ||X_i||_2^2 / m_i``.
+
+        ``c`` is 1 for least squares, 1/4 for the logistic loss and 1/2 for softmax; ``X_i`` gets a
+        column of ones with ``fit_intercept``.
+        """
+        factor = {K.LEAST_SQUARES: 1.0, K.LOGISTIC: 0.25, K.SOFTMAX: 0.5}[self.kind]
+        result = np.empty(self.n_clients)
+        for i in range(self.n_clients):
+            X_i = self.dataset.client(i)[0]
+            X_i = (X_i * self.dataset.scale) if sp.issparse(X_i) else X_i.astype(np.float64) * self.dataset.scale
+            if self.fit_intercept:
+                X_i = sp.hstack([X_i, np.ones((X_i.shape[0], 1))], format="csr") if sp.issparse(X_i) else \
+                    np.hstack([X_i, np.ones((X_i.shape[0], 1))])
+            if min(X_i.shape) > 2:
+                top = svds(X_i, k=1, return_singular_vectors=False, random_state=0)[0]
+            else:  # ARPACK needs k < min(shape)
+                top = np.linalg.norm(X_i.toarray() if sp.issparse(X_i) else X_i, 2)
+            result[i] = factor * top**2 / X_i.shape[0]
+        return result
+
+
+class LeastSquares(LinearModel):
+    """Least squares: ``f_i(x) = (1 / (2 m_i)) ||A_i x - b_i||^2`` (the datafit of scikit-learn's ``Lasso``).
+
+    With ``weights="samples"``, ``f`` is the pooled ``(1 / (2 m)) ||A x - b||^2``. Class labels
+    are used as numbers when they are numbers.
+    """
+
+    name = "least_squares"
+    kind = K.LEAST_SQUARES
+    is_classifier = False
+
+    def _targets(self, y):
+        if self.dataset.classes is None:
+            return y
+        if self.dataset.classes.dtype.kind not in "biuf":
+            raise ValueError("LeastSquares needs numeric targets; this dataset's labels are "
+                             f"{self.dataset.classes.dtype} class names")
+        return self.dataset.classes[y].astype(np.float64)
+
+    def _score(self, outputs, y):
+        """R^2, scikit-learn's regression score."""
+        residual = ((y - outputs[:, 0]) ** 2).sum()
+        return 1 - residual / ((y - y.mean()) ** 2).sum()
+
+
+class Logistic(LinearModel):
+    """Binary logistic regression: ``f_i(x) = mean_j log(1 + exp(-y_j (a_j^T x + b)))``, ``y_j = +-1``.
+
+    Labels may be any two values; the second in sorted order (1 of 0/1, +1 of -1/+1) is the
+    positive class, as in scikit-learn.
+    """
+
+    name = "logistic"
+    kind = K.LOGISTIC
+
+    def _targets(self, y):
+        if self.dataset.n_classes != 2:
+            hint = "use Softmax for more classes" if self.dataset.n_classes > 2 else "it needs two class labels"
+            raise ValueError(f"Logistic is binary, but the dataset has {self.dataset.n_classes or 'no'} classes; {hint}")
+        return 2.0 * y - 1.0
+
+    def _score(self, outputs, y):
+        xp = self.backend.xp
+        return xp.mean(xp.where(outputs[:, 0] > 0, 1.0, -1.0) == y)
+
+
+class Softmax(LinearModel):
+    """Multinomial logistic regression: ``f_i(x) = mean_j logsumexp(W a_j + b) - (W a_j + b)[y_j]``.
+
+    ``W`` has one row per class (``coef`` of shape ``(n_classes, d)``).
+    """
+
+    name = "softmax"
+    kind = K.SOFTMAX
+
+    @property
+    def n_out(self) -> int:
+        return self.dataset.n_classes
+
+    def _targets(self, y):
+        if self.dataset.n_classes < 2:
+            raise ValueError("Softmax needs class labels (at least two classes); this dataset holds regression targets")
+        return y.astype(np.float64)

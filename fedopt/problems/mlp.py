@@ -1,0 +1,67 @@
+"""``MLP``: one hidden sigmoid layer and softmax cross-entropy (FedNMap's MNIST model)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedopt.problems.base import Problem
+from fedopt.problems.linear import Softmax
+
+
+class MLP(Problem):
+    """A one-hidden-layer network: ``H = sigmoid(A W1^T + b1)``, ``O = H W2^T + b2``, softmax cross-entropy.
+
+    ``f_i(x) = mean_j logsumexp(O_j) - O_j[y_j]`` over client ``i``'s samples. The parameters are
+    one flat vector ``x = [W1 (h, d), b1 (h), W2 (k, h), b2 (k)]``, each block in C order, so
+    ``p = h (d + 1) + k (h + 1)`` (795 h + 10 for MNIST). A regularizer acts on all of it,
+    biases included (FedNMap's setting). :meth:`init` draws PyTorch's default initialisation,
+    ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for every weight and bias, from ``seed``.
+    """
+
+    name = "mlp"
+
+    def __init__(self, dataset, hidden: int = 64, weights="uniform", backend="auto"):
+        hidden = int(hidden)
+        if hidden < 1:
+            raise ValueError(f"hidden must be an integer >= 1, got {hidden}")
+        self.hidden = hidden
+        if getattr(dataset, "is_sparse", False):
+            raise ValueError("the MLP takes dense features; pass a dataset with X.toarray(), or use Softmax for sparse X")
+        super().__init__(dataset, weights, backend)
+
+    @property
+    def n_classes(self) -> int:
+        return self.dataset.n_classes
+
+    @property
+    def n_params(self) -> int:
+        h, d, k = self.hidden, self.n_features, self.n_classes
+        return h * (d + 1) + k * (h + 1)
+
+    _targets = Softmax._targets
+
+    def unpack(self, x):
+        """``(W1 (h, d), b1 (h,), W2 (k, h), b2 (k,))`` views of a flat parameter vector."""
+        h, d, k = self.hidden, self.n_features, self.n_classes
+        return (x[: h * d].reshape(h, d), x[h * d : h * d + h],
+                x[h * d + h : h * d + h + k * h].reshape(k, h), x[h * d + h + k * h :])
+
+    def init(self, seed=None):
+        """PyTorch's default ``nn.Linear`` initialisation of both layers, drawn from ``seed``."""
+        rng = np.random.default_rng(seed)
+        h, d, k = self.hidden, self.n_features, self.n_classes
+        bound1, bound2 = 1 / np.sqrt(d), 1 / np.sqrt(h)
+        x = np.concatenate([rng.uniform(-bound1, bound1, h * d + h), rng.uniform(-bound2, bound2, k * h + k)])
+        return self.backend.asarray(x.astype(self.dtype))
+
+    def _oracle(self, W, rows, loss_out, grad_out):
+        self.backend.kernels.mlp_oracle(self._X, self._y, self._offsets, W, rows, self.hidden, self.n_classes,
+                                        self.dataset.scale, loss_out, grad_out)
+
+    def decision_function(self, x, X=None):
+        """Output-layer scores ``O``, shape ``(m, n_classes)``."""
+        W1, b1, W2, b2 = self.unpack(self._vector(x))
+        X = self._X if X is None else X
+        xp = self.backend.xp
+        H = 1 / (1 + xp.exp(-(self._features(X) @ W1.T + b1)))
+        return H @ W2.T + b2
