@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib
 
+# The function, bound after its module so that ``fedopt.run`` is the function (numpy-only imports).
+from fedopt.run import run
+
 __version__ = "0.1.0"
 
-_SUBMODULES = ("datasets", "kernels", "problems", "regularizers")
+_SUBMODULES = ("algorithms", "datasets", "kernels", "metrics", "problems", "regularizers")
 
-__all__ = ["__version__", "available_backends", "get_backend", *_SUBMODULES]
+__all__ = ["__version__", "available_backends", "get_backend", "run", *_SUBMODULES]
 
 
 def __getattr__(name: str):

@@ -44,6 +44,7 @@ class Problem:
     is_classifier: ClassVar[bool] = True
 
     def __init__(self, dataset: FederatedDataset, weights="uniform", backend: str | Backend = "auto"):
+        self._options = {"weights": weights}
         if not isinstance(dataset, FederatedDataset):
             raise TypeError("dataset must be a fedopt.datasets.FederatedDataset; build one with "
                             "fedopt.datasets.partition(X, y, n_clients=...)")
@@ -61,6 +62,7 @@ class Problem:
             self._X_test = self._to_backend_features(dataset.X_test)
             self._y_test = self.backend.xp.asarray(self._targets(dataset.y_test), dtype=self.dtype)
         self._no_rows = np.empty((self.n_clients, 0), dtype=np.int64)
+        self._weights_device = self.backend.xp.asarray(self.weights, dtype=self.dtype)
 
     # ------------------------------------------------------------------ what subclasses define
     @property
@@ -83,6 +85,13 @@ class Problem:
     def init(self, seed=None):
         """The initial point ``x_0`` (zeros for linear models)."""
         return self.backend.xp.zeros(self.n_params, dtype=self.dtype)
+
+    def on(self, backend: str | Backend):
+        """This problem with its data on another backend (itself when it is already there)."""
+        backend = get_backend(backend)
+        if backend.name == self.backend.name:
+            return self
+        return type(self)(self.dataset, backend=backend, **self._options)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -121,16 +130,16 @@ class Problem:
 
     def loss(self, x) -> float:
         """``f(x) = sum_i w_i f_i(x)`` on all the training data."""
-        return float(self._weighted(self.client_loss(self._vector(x))))
+        return float(self.average(self.client_loss(self._vector(x))))
 
     def grad(self, x):
         """``grad f(x) = sum_i w_i grad f_i(x)`` on all the training data, shape ``(p,)``."""
-        return self._weighted(self.client_grad(self._vector(x)))
+        return self.average(self.client_grad(self._vector(x)))
 
     def loss_grad(self, x):
         """``(f(x), grad f(x))`` in one pass over the data."""
         losses, grads = self.client_loss_grad(self._vector(x))
-        return float(self._weighted(losses)), self._weighted(grads)
+        return float(self.average(losses)), self.average(grads)
 
     def sample_rows(self, rng: np.random.Generator, batch_size: int, steps: int | None = None) -> np.ndarray:
         """Minibatch row indices drawn uniformly with replacement from each client's own rows.
@@ -208,9 +217,9 @@ class Problem:
             raise ValueError(f"grad_out must be a C-contiguous {self.dtype} array of shape "
                              f"({self.n_clients}, {self.n_params}), got {out.dtype} {tuple(out.shape)}")
 
-    def _weighted(self, per_client):
-        """``sum_i w_i v_i`` over the client axis."""
-        return self.backend.xp.asarray(self.weights, dtype=self.dtype) @ per_client
+    def average(self, per_client):
+        """``sum_i w_i v_i``: the weighted average over the client axis (the server's aggregation)."""
+        return self._weights_device @ per_client
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.dataset!r}, p={self.n_params}, dtype={self.dtype}, "

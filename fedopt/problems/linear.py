@@ -25,6 +25,7 @@ class LinearModel(Problem):
     def __init__(self, dataset, weights="uniform", fit_intercept: bool = False, backend="auto"):
         self.fit_intercept = bool(fit_intercept)
         super().__init__(dataset, weights, backend)
+        self._options["fit_intercept"] = self.fit_intercept
 
     @property
     def n_out(self) -> int:

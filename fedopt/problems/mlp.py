@@ -28,6 +28,7 @@ class MLP(Problem):
         if getattr(dataset, "is_sparse", False):
             raise ValueError("the MLP takes dense features; pass a dataset with X.toarray(), or use Softmax for sparse X")
         super().__init__(dataset, weights, backend)
+        self._options["hidden"] = hidden
 
     @property
     def n_classes(self) -> int:

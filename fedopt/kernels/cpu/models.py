@@ -26,8 +26,8 @@ def _sigmoid(t):
 
 
 @inline
-def _residual(kind, M, target):
-    """Replace the margins ``M`` of one sample by ``dloss/dM`` and return the sample's loss."""
+def _residual(kind, M, n_out, target):
+    """Replace the margins ``M[:n_out]`` of one sample by ``dloss/dM`` and return the sample's loss."""
     if kind == LEAST_SQUARES:
         r = M[0] - target
         M[0] = r
@@ -39,13 +39,13 @@ def _residual(kind, M, target):
     code = int(target)  # SOFTMAX: loss = logsumexp(M) - M[code]
     picked = M[code]
     top = M[0]
-    for c in range(1, M.shape[0]):
+    for c in range(1, n_out):
         top = M[c] if M[c] > top else top
     total = 0.0
-    for c in range(M.shape[0]):
+    for c in range(n_out):
         M[c] = math.exp(M[c] - top)
         total += M[c]
-    for c in range(M.shape[0]):
+    for c in range(n_out):
         M[c] = M[c] / total - (1 if c == code else 0)
     return math.log(total) + top - picked
 
@@ -61,8 +61,9 @@ def linear_oracle_dense(X, y, offsets, W, rows, kind, n_out, scale, fit_intercep
     for i in prange(n):
         w = W[0] if shared else W[i]
         count = batch if batch > 0 else offsets[i + 1] - offsets[i]
-        inv_count = 1 / count
-        M = np.empty(n_out, dtype=W.dtype)
+        M = np.empty(n_out + 1, dtype=W.dtype)  # the margins, then 1/count in their dtype
+        M[n_out] = 1 / count
+        inv_count = M[n_out]  # float32 stays float32 in the loops below
         if want_grad:
             grad_out[i, :] = zero
         total = 0.0
@@ -73,7 +74,7 @@ def linear_oracle_dense(X, y, offsets, W, rows, kind, n_out, scale, fit_intercep
                 for j in range(d):
                     s += x[j] * w[c * d + j]
                 M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
-            total += _residual(kind, M, y[rows[i, t] if batch > 0 else offsets[i] + t])
+            total += _residual(kind, M, n_out, y[rows[i, t] if batch > 0 else offsets[i] + t])
             if want_grad:
                 g = grad_out[i]
                 for c in range(n_out):
@@ -97,8 +98,9 @@ def linear_oracle_csr(data, indices, indptr, d, y, offsets, W, rows, kind, n_out
     for i in prange(n):
         w = W[0] if shared else W[i]
         count = batch if batch > 0 else offsets[i + 1] - offsets[i]
-        inv_count = 1 / count
-        M = np.empty(n_out, dtype=W.dtype)
+        M = np.empty(n_out + 1, dtype=W.dtype)  # the margins, then 1/count in their dtype
+        M[n_out] = 1 / count
+        inv_count = M[n_out]  # float32 stays float32 in the loops below
         if want_grad:
             grad_out[i, :] = zero
         total = 0.0
@@ -110,7 +112,7 @@ def linear_oracle_csr(data, indices, indptr, d, y, offsets, W, rows, kind, n_out
                 for k in range(k0, k1):
                     s += data[k] * w[c * d + indices[k]]
                 M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
-            total += _residual(kind, M, y[r])
+            total += _residual(kind, M, n_out, y[r])
             if want_grad:
                 g = grad_out[i]
                 for c in range(n_out):

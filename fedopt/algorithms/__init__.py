@@ -1,0 +1,55 @@
+"""Federated methods: one small module per method, each a frozen dataclass with ``init`` and ``round``.
+
+Server-client methods: ``fednmap`` (FedNMap), ``zhang`` (Zhang et al. 2024a), ``fedcanon`` and
+``fedcanon2`` (FedCanon I and II), ``scaffold`` (option II), ``fedavg`` (with a server prox).
+:func:`available` lists the names that :func:`fedopt.run` accepts; :func:`make` builds one from
+keyword hyperparameters and refuses unknown names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from fedopt.algorithms.base import Algorithm, Costs, Env, State
+from fedopt.algorithms.fedavg import FedAvg
+from fedopt.algorithms.fedcanon import FedCanon, FedCanon2
+from fedopt.algorithms.fednmap import FedNMap
+from fedopt.algorithms.scaffold import Scaffold
+from fedopt.algorithms.zhang import Zhang
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    cls.name: cls for cls in (FedNMap, Zhang, FedCanon, FedCanon2, Scaffold, FedAvg)
+}
+
+
+def available() -> list[str]:
+    """The method names accepted by :func:`fedopt.run`."""
+    return list(ALGORITHMS)
+
+
+def hyperparameters(name: str) -> dict:
+    """``{hyperparameter: default}`` of the method ``name``."""
+    return {f.name: f.default for f in fields(_cls(name))}
+
+
+def make(name: str | Algorithm, **hyperparameters) -> Algorithm:
+    """The method ``name`` with these hyperparameters (an :class:`Algorithm` passes through, updated)."""
+    if isinstance(name, Algorithm):
+        return name.replace(**hyperparameters) if hyperparameters else name
+    cls = _cls(name)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(hyperparameters) - known)
+    if unknown:
+        raise ValueError(f"{name} has no hyperparameter {', '.join(map(repr, unknown))}; "
+                         f"its hyperparameters are {', '.join(sorted(known))}")
+    return cls(**hyperparameters)
+
+
+def _cls(name: str) -> type[Algorithm]:
+    if name not in ALGORITHMS:
+        raise ValueError(f"algorithm {name!r} is unknown; choose one of {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "Costs", "Env", "FedAvg", "FedCanon", "FedCanon2", "FedNMap", "Scaffold",
+           "State", "Zhang", "available", "hyperparameters", "make"]

@@ -1,0 +1,117 @@
+"""What every federated method shares: hyperparameter checks, the round state, and its costs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Cumulative costs of a run: client gradient oracle calls (one per client per local step, each
+    on a minibatch or the full local data), prox evaluations (client and server), and floats sent
+    from clients to the server (``floats_up``) and from the server to clients (``floats_down``),
+    summed over clients."""
+
+    grad_evals: int = 0
+    prox_evals: int = 0
+    floats_up: int = 0
+    floats_down: int = 0
+
+    def __add__(self, other: Costs) -> Costs:
+        return Costs(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
+@dataclass(frozen=True)
+class Env:
+    """What a round reads but never changes: the problem, the regularizer and the run's generator."""
+
+    problem: Any
+    regularizer: Any
+    rng: np.random.Generator
+
+
+@dataclass(frozen=True)
+class State:
+    """The state between rounds. Arrays with a client axis have it first.
+
+    ``x`` is the model the method reports (the server's post-prox model); ``z`` is the pre-prox
+    server point of normal-map methods (None for the others), where ``||F_nor(z)||^2`` is
+    measured. ``vars`` holds the method's own arrays (corrections, control variates, duals).
+    """
+
+    env: Env
+    x: Any
+    z: Any = None
+    round: int = 0
+    costs: Costs = Costs()
+    vars: dict = field(default_factory=dict)
+
+
+def _positive(name, value):
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """Base class: a frozen dataclass of hyperparameters with ``init`` and ``round``.
+
+    Shared hyperparameter names: ``local_steps`` (Q or K), ``lr_local`` (the client step),
+    ``lr_server`` (the server step), ``gamma`` (a prox parameter), ``batch_size`` (samples per
+    client gradient; None for the full local gradient). Each method's docstring maps them to
+    its paper's symbols.
+    """
+
+    name: ClassVar[str] = ""
+    #: Positive real hyperparameters, checked in ``__post_init__``.
+    positive: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self):
+        for name in self.positive:
+            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+        if hasattr(self, "local_steps"):
+            steps = self.local_steps
+            if isinstance(steps, bool) or int(steps) != steps or steps < 1:
+                raise ValueError(f"local_steps must be an integer >= 1, got {steps!r}")
+            object.__setattr__(self, "local_steps", int(steps))
+        batch = getattr(self, "batch_size", None)
+        if batch is not None and (isinstance(batch, bool) or int(batch) != batch or batch < 1):
+            raise ValueError(f"batch_size must be an integer >= 1, or None for full local gradients; got {batch!r}")
+
+    # ---- what a method defines
+    def init(self, problem, regularizer, rng: np.random.Generator, x0=None) -> State:
+        raise NotImplementedError
+
+    def round(self, state: State) -> State:
+        raise NotImplementedError
+
+    def check(self, problem, regularizer) -> None:
+        """Refuse hyperparameters that the regularizer cannot take (``step * rho >= 1``)."""
+
+    # ---- helpers for the methods
+    def gradients(self, env: Env, X, out=None):
+        """Every client's stochastic gradient at its row of ``X``: one minibatch of ``batch_size``
+        rows drawn per client from the run's generator, or the full local gradient."""
+        batch = getattr(self, "batch_size", None)
+        rows = None if batch is None else env.problem.sample_rows(env.rng, batch)
+        return env.problem.client_grad(X, rows, out=out)
+
+    @staticmethod
+    def start(problem, x0):
+        """The initial model as an array of the problem's backend and dtype."""
+        x = problem.init(0) if x0 is None else x0
+        return problem.backend.asarray(x, dtype=problem.dtype).copy()
+
+    def round_costs(self, problem, prox_per_client: int, server_prox: int, up: int, down: int) -> Costs:
+        """Costs of one round with ``local_steps`` gradients per client and the given vector counts."""
+        n, p = problem.n_clients, problem.n_params
+        return Costs(n * self.local_steps, n * prox_per_client + server_prox, n * up * p, n * down * p)
+
+    def replace(self, **changes):
+        return replace(self, **changes)

@@ -1,0 +1,57 @@
+"""SCAFFOLD, option II (Karimireddy et al., ICML 2020), for smooth problems."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from fedopt.algorithms.base import Algorithm, Env, State
+
+
+@dataclass(frozen=True)
+class Scaffold(Algorithm):
+    """SCAFFOLD with option-II control variates (FedNMap paper, App. A.2, eqs. (35)-(37)).
+
+    ``local_steps`` = Q (K in the original), ``lr_local`` = eta_a (eta_l), ``lr_server`` = eta_s
+    (eta_g), ``batch_size`` as in FedNMap. Round t, client i, from ``x_i^0 = x_t``:
+    ``x_i^{l+1} = x_i^l - eta_a (g_i(x_i^l) - c_i + c)``; new ``c_i^+ = c_i - c + (x_t - x_i^Q) /
+    (eta_a Q)``; server ``x_{t+1} = x_t + eta_s sum_i w_i (x_i^Q - x_t)`` and
+    ``c = c + sum_i w_i (c_i^+ - c_i)``. Two vectors go up (model and control deltas) and two
+    down. There is no prox: a nonzero regularizer is refused.
+    """
+
+    name = "scaffold"
+    positive = ("lr_local", "lr_server")
+
+    local_steps: int = 10
+    lr_local: float = 0.1
+    lr_server: float = 1.0
+    batch_size: int | None = 32
+
+    def check(self, problem, regularizer):
+        if type(regularizer).__name__ != "Zero":
+            raise ValueError(f"scaffold is for smooth problems (regularizer Zero), got {type(regularizer).__name__}; "
+                             "use fednmap or fedcanon for a composite objective")
+
+    def init(self, problem, regularizer, rng, x0=None):
+        x = self.start(problem, x0)
+        xp = problem.backend.xp
+        c_clients = xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
+        return State(Env(problem, regularizer, rng), x, vars={"c": xp.zeros_like(x), "c_clients": c_clients})
+
+    def round(self, state: State) -> State:
+        env, x_t = state.env, state.x
+        problem = env.problem
+        c, c_clients = state.vars["c"], state.vars["c_clients"]
+        xp = problem.backend.xp
+        X = xp.broadcast_to(x_t, c_clients.shape).copy()
+        G = xp.empty_like(X)
+        shift = c - c_clients
+        for _ in range(self.local_steps):
+            self.gradients(env, X, out=G)
+            G += shift
+            X -= self.lr_local * G
+        c_new = c_clients - c + (x_t - X) / (self.lr_local * self.local_steps)
+        x_next = x_t + self.lr_server * (problem.average(X) - x_t)
+        costs = self.round_costs(problem, 0, 0, up=2, down=2)
+        return replace(state, x=x_next, round=state.round + 1, costs=state.costs + costs,
+                       vars={"c": c + problem.average(c_new - c_clients), "c_clients": c_new})

@@ -1,0 +1,65 @@
+"""The composite method of Zhang, Hu and Johansson (ICASSP 2024), as restated in the FedNMap paper, App. A.1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from fedopt.algorithms.base import Algorithm, Env, State
+
+
+@dataclass(frozen=True)
+class Zhang(Algorithm):
+    """Zhang et al. (2024a), eqs. (30)-(34) of the FedNMap paper (the baseline "Zhang" of its figures).
+
+    ``local_steps`` = Q, ``lr_local`` = eta_a, ``lr_server`` = eta_s, ``batch_size`` as in
+    FedNMap; the prox parameter is tied to the effective step ``eta_hat = eta_a * eta_s * Q``.
+
+    Round t with ``x_t = prox_{eta_hat phi}(z_t)``, client i, from ``z_i^0 = x_i^0 = x_t``:
+    ``z_i^{l+1} = z_i^l - eta_a (g_i(x_i^l) + c_i)``, ``x_i^{l+1} = prox_{(l+1) eta_a phi}(z_i^{l+1})``
+    (the prox parameter grows with l); message ``y_i = (x_t - z_i^Q) / (eta_a Q)``, one vector
+    up; server ``z_{t+1} = x_t - eta_hat ybar``, ``x_{t+1} = prox_{eta_hat phi}(z_{t+1})``;
+    correction (33) ``c_i = c_i + ybar - y_i`` (``c_i = 0`` at the start). The correction
+    tracks the stochastic gradient, not the normal map.
+    """
+
+    name = "zhang"
+    positive = ("lr_local", "lr_server")
+
+    local_steps: int = 10
+    lr_local: float = 0.1
+    lr_server: float = 1.0
+    batch_size: int | None = 32
+
+    @property
+    def effective_step(self) -> float:
+        return self.lr_local * self.lr_server * self.local_steps
+
+    def check(self, problem, regularizer):
+        regularizer.check_step(self.effective_step, "lr_local * lr_server * local_steps (Zhang's prox step)")
+        regularizer.check_step(self.lr_local * self.local_steps, "lr_local * local_steps (the last local prox step)")
+
+    def init(self, problem, regularizer, rng, x0=None):
+        z = self.start(problem, x0)
+        correction = problem.backend.xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
+        x = regularizer.prox(z, self.effective_step)
+        return State(Env(problem, regularizer, rng), x, z, vars={"c": correction})
+
+    def round(self, state: State) -> State:
+        env, x_t, c = state.env, state.x, state.vars["c"]
+        problem, reg = env.problem, env.regularizer
+        xp = problem.backend.xp
+        Z = xp.broadcast_to(x_t, c.shape).copy()
+        X = Z.copy()
+        G = xp.empty_like(Z)
+        for step in range(1, self.local_steps + 1):
+            self.gradients(env, X, out=G)
+            G += c
+            Z -= self.lr_local * G
+            if step < self.local_steps:  # x_i^Q is never used
+                reg.prox(Z, step * self.lr_local, out=X)
+        Y = (x_t - Z) / (self.lr_local * self.local_steps)
+        y_bar = problem.average(Y)
+        z_next = x_t - self.effective_step * y_bar
+        costs = self.round_costs(problem, self.local_steps - 1, 1, up=1, down=2)
+        return replace(state, x=reg.prox(z_next, self.effective_step), z=z_next, round=state.round + 1,
+                       costs=state.costs + costs, vars={"c": c + y_bar - Y})

@@ -1,0 +1,54 @@
+"""Stationarity, objective and sparsity of a model: what the run history records."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def natural_map(problem, regularizer, x, gamma: float, grad=None):
+    """``F_nat(x) = (x - prox_{gamma phi}(x - gamma grad f(x))) / gamma``, with the full gradient."""
+    grad = problem.grad(x) if grad is None else grad
+    return (x - regularizer.prox(x - gamma * grad, gamma)) / gamma
+
+
+def normal_map(problem, regularizer, z, gamma: float):
+    """``F_nor(z) = grad f(prox(z)) + (z - prox(z)) / gamma`` with ``prox = prox_{gamma phi}``."""
+    x = regularizer.prox(z, gamma)
+    return problem.grad(x) + (z - x) / gamma
+
+
+def hoyer(x) -> float:
+    """Hoyer's sparsity ``(sqrt(p) - ||x||_1 / ||x||_2) / (sqrt(p) - 1)``: 1 for one nonzero, 0 for equal magnitudes."""
+    x = np.asarray(x, dtype=np.float64)
+    p, l2 = x.size, np.linalg.norm(x)
+    if p < 2 or l2 == 0:
+        return math.nan
+    return float((math.sqrt(p) - np.abs(x).sum() / l2) / (math.sqrt(p) - 1))
+
+
+def evaluate(problem, regularizer, x, z=None, gamma: float = 1.0) -> dict:
+    """The history's model columns at ``x`` (and ``z`` for normal-map methods).
+
+    ``stationarity = ||F_nat(x)||^2`` and ``normal_map = ||F_nor(z)||^2`` (NaN without ``z``)
+    use the prox parameter ``gamma``; ``objective = f(x) + phi(x)``; ``test_accuracy`` on the
+    test split (the training set without one; NaN for regression); ``nnz`` and ``hoyer`` of x.
+    """
+    loss, grad = problem.loss_grad(x)
+    xp = problem.backend.xp
+    residual = natural_map(problem, regularizer, x, gamma, grad)
+    normal = math.nan
+    if z is not None:
+        prox_z = regularizer.prox(z, gamma)
+        grad_z = grad if bool(xp.array_equal(prox_z, x)) else problem.grad(prox_z)
+        normal = float(xp.sum((grad_z + (z - prox_z) / gamma) ** 2))
+    host = problem.backend.to_numpy(x)
+    return {
+        "stationarity": float(xp.sum(residual**2)),
+        "normal_map": normal,
+        "objective": loss + float(regularizer.value(x)),
+        "test_accuracy": problem.accuracy(x) if problem.is_classifier else math.nan,
+        "nnz": int(np.count_nonzero(host)),
+        "hoyer": hoyer(host),
+    }

@@ -1,0 +1,189 @@
+"""Server-client methods: exact special cases, backend parity, known answers, speedup and errors."""
+
+import numpy as np
+import pytest
+from sklearn.linear_model import Lasso, LogisticRegression
+
+import fedopt
+from fedopt import algorithms
+from fedopt.datasets import partition
+from fedopt.problems import LeastSquares, Logistic
+from fedopt.regularizers import L1, MCP, ElasticNet, Zero
+from fedopt.run import DivergenceError
+
+METHODS = ["fednmap", "zhang", "fedcanon", "fedcanon2", "fedavg"]
+
+
+def regression(n_clients=6, n_samples=240, d=12, scheme="sorted", seed=0, weights="samples", backend="numba", noise=0.5):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_samples, d))
+    coef = np.where(np.arange(d) < 4, rng.normal(size=d) * 2, 0.0)
+    y = X @ coef + noise * rng.normal(size=n_samples)
+    ds = partition(X, y, n_clients, scheme, seed=seed)
+    return LeastSquares(ds, weights=weights, backend=backend)
+
+
+def classification(n_clients=5, backend="numba", weights="samples"):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 8))
+    y = (X @ rng.normal(size=8) + 0.5 * rng.normal(size=300) > 0).astype(int)
+    return Logistic(partition(X, y, n_clients, "sorted"), weights=weights, backend=backend)
+
+
+def test_fednmap_without_regularizer_is_scaffold():
+    problem = regression()
+    kw = dict(rounds=8, local_steps=5, lr_local=0.05, lr_server=0.7, batch_size=4, seed=3)
+    a = fedopt.run("fednmap", problem, Zero(), gamma=2.0, **kw)
+    b = fedopt.run("scaffold", problem, Zero(), **kw)
+    np.testing.assert_allclose(a.x, b.x, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(a.history["objective"], b.history["objective"], rtol=1e-12)
+    assert a.history["floats_up"][-1] * 2 == b.history["floats_up"][-1]  # half of SCAFFOLD's uplink
+
+
+def test_fedcanon_without_regularizer_is_scaffold_at_the_matching_server_step():
+    problem = regression()
+    kw = dict(rounds=8, local_steps=5, lr_local=0.05, lr_server=0.6, batch_size=4, seed=3)
+    a = fedopt.run("fedcanon", problem, Zero(), **kw)
+    b = fedopt.run("scaffold", problem, Zero(), **kw)
+    np.testing.assert_allclose(a.x, b.x, rtol=1e-12, atol=1e-13)
+
+
+def test_fedcanon_and_fedcanon2_give_the_same_iterates():
+    problem = regression()
+    kw = dict(rounds=6, local_steps=4, lr_local=0.05, batch_size=4, seed=1)
+    a = fedopt.run("fedcanon", problem, L1(0.05), **kw)
+    b = fedopt.run("fedcanon2", problem, L1(0.05), **kw)
+    np.testing.assert_array_equal(a.x, b.x)
+    n, p = problem.n_clients, problem.n_params
+    assert a.history["prox_evals"][-1] == 6 and b.history["prox_evals"][-1] == 6 * n
+    assert a.history["floats_down"][-1] == 6 * 2 * n * p and b.history["floats_down"][-1] == 6 * n * p
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_one_full_local_step_is_proximal_gradient_descent(method):
+    problem, reg, step = regression(weights="uniform"), ElasticNet(0.1, 0.2), 0.05
+    extra = {"gamma": step} if method == "fednmap" else {}
+    result = fedopt.run(method, problem, reg, rounds=7, local_steps=1, lr_local=step, lr_server=1.0,
+                        batch_size=None, x0=np.zeros(problem.n_params), **extra)
+    x = np.zeros(problem.n_params)
+    for _ in range(7):
+        x = reg.prox(x - step * problem.grad(x), step)
+    np.testing.assert_allclose(result.x, x, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("method", METHODS + ["scaffold"])
+def test_numpy_and_numba_backends_walk_the_same_trajectory(method):
+    reg = Zero() if method == "scaffold" else L1(0.02)
+    results = [fedopt.run(method, classification(backend=b), reg, rounds=5, local_steps=3, lr_local=0.3,
+                          batch_size=8, seed=11) for b in ("numpy", "numba")]
+    np.testing.assert_allclose(results[1].x, results[0].x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(results[1].history["stationarity"], results[0].history["stationarity"], rtol=1e-8)
+
+
+def test_fednmap_reaches_the_scikit_learn_lasso_on_a_heterogeneous_partition():
+    problem = regression(scheme="sorted", weights="samples")
+    alpha = 0.1
+    X, y = problem.dataset.X, problem.dataset.y
+    expected = Lasso(alpha=alpha, fit_intercept=False, tol=1e-12, max_iter=100_000).fit(X, y).coef_
+    step = 1 / problem.smoothness().max()
+    result = fedopt.run("fednmap", problem, L1(alpha), rounds=400, local_steps=5, lr_local=step / 5, gamma=step,
+                        batch_size=None, eval_every=100)
+    np.testing.assert_allclose(result.x, expected, atol=1e-8)
+    assert result.history["stationarity"][-1] < 1e-16
+    assert set(np.flatnonzero(result.x)) == set(np.flatnonzero(expected))
+
+
+def test_fednmap_reaches_the_scikit_learn_l1_logistic_regression():
+    problem = classification(weights="samples")
+    C = 0.5
+    X, y = problem.dataset.X, problem.dataset.y
+    sk = LogisticRegression(l1_ratio=1.0, C=C, solver="saga", fit_intercept=False, tol=1e-12, max_iter=100_000)
+    expected = sk.fit(X, y).coef_.ravel()
+    lam = 1 / (C * len(y))  # C sum_j loss_j + ||w||_1  ==  N C (mean loss + ||w||_1 / (N C))
+    result = fedopt.run("fednmap", problem, L1(lam), rounds=2000, local_steps=4, lr_local=0.5, gamma=2.0,
+                        batch_size=None, eval_every=1000)
+    np.testing.assert_allclose(result.x, expected, atol=1e-8)
+
+
+@pytest.mark.parametrize("method", METHODS + ["scaffold"])
+def test_every_method_decreases_stationarity(method):
+    reg = Zero() if method == "scaffold" else L1(0.01)
+    result = fedopt.run(method, classification(), reg, rounds=30, local_steps=5, lr_local=0.2, batch_size=16,
+                        metric_gamma=1.0, eval_every=10)
+    s = result.history["stationarity"]
+    assert s[-1] < 0.2 * s[0]
+
+
+def test_fednmap_keeps_the_corrections_summing_to_zero():
+    problem = regression(weights="samples")
+    result = fedopt.run("fednmap", problem, L1(0.05), rounds=5, local_steps=3, lr_local=0.05, batch_size=4)
+    c = result.state.vars["c"]
+    np.testing.assert_allclose(problem.weights @ c, 0, atol=1e-12)
+
+
+def test_linear_speedup_in_clients_and_local_steps():
+    """With the effective step fixed, the noise floor of FedNMap falls as n and Q grow (Theorem 5)."""
+
+    def floor(n_clients, local_steps, rounds=200):
+        values = []
+        for seed in range(3):
+            problem = regression(n_clients=n_clients, n_samples=960, scheme="iid", weights="uniform", noise=1.0)
+            result = fedopt.run("fednmap", problem, L1(0.05), rounds=rounds, local_steps=local_steps,
+                                lr_local=0.2 / local_steps, lr_server=1.0, gamma=0.5, batch_size=1, seed=seed)
+            values.append(result.history["stationarity"][rounds // 2 :].mean())
+        return np.mean(values)
+
+    for floors in ([floor(n, 2) for n in (2, 8, 32)], [floor(4, q) for q in (1, 4, 16)]):
+        # 4x the clients (or local steps) at least halves the floor; linear speedup would divide it by 4
+        assert floors[0] > 2.5 * floors[1] > 2.5**2 * floors[2]
+        slope = np.polyfit(np.log([1, 4, 16]), np.log(floors), 1)[0]
+        assert slope < -0.5
+
+
+def test_invalid_hyperparameters_are_refused_before_any_work():
+    problem = regression()
+    with pytest.raises(ValueError, match="lr_local must be a finite number > 0"):
+        fedopt.run("fednmap", problem, L1(0.1), lr_local=-1)
+    with pytest.raises(ValueError, match="gamma"):
+        fedopt.run("fednmap", problem, MCP(0.1, gamma=2.0), gamma=3.0)  # rho = 1/2: gamma * rho >= 1
+    with pytest.raises(ValueError, match="algorithm 'fedprox2' is unknown"):
+        fedopt.run("fedprox2", problem, L1(0.1))
+    with pytest.raises(ValueError, match="fednmap has no hyperparameter 'momentum'"):
+        fedopt.run("fednmap", problem, L1(0.1), momentum=0.9)
+    with pytest.raises(ValueError, match="local_steps must be an integer >= 1"):
+        fedopt.run("fedavg", problem, L1(0.1), local_steps=0)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        fedopt.run("fedavg", problem, L1(0.1), batch_size=0)
+    with pytest.raises(ValueError, match="scaffold is for smooth problems"):
+        fedopt.run("scaffold", problem, L1(0.1))
+    with pytest.raises(ValueError, match="rounds must be an integer"):
+        fedopt.run("fedavg", problem, L1(0.1), rounds=-1)
+    with pytest.raises(ValueError, match="Zhang's prox step"):
+        fedopt.run("zhang", problem, MCP(0.1, gamma=2.0), lr_local=0.5, local_steps=10)
+
+
+def test_divergence_stops_with_the_round_and_keeps_the_history():
+    problem = regression()
+    with pytest.raises(DivergenceError, match=r"(after|at) round \d+") as error:
+        fedopt.run("fedavg", problem, L1(0.01), rounds=500, lr_local=5.0, local_steps=5)
+    history = error.value.result.history
+    assert len(history) >= 1 and np.isfinite(history["objective"]).all()
+    assert error.value.result.state.round == history["round"][-1]
+
+
+def test_history_columns_costs_and_progress(capsys):
+    problem = regression()
+    n, p = problem.n_clients, problem.n_params
+    result = fedopt.run("fednmap", problem, L1(0.05), rounds=10, local_steps=3, lr_local=0.05, batch_size=4,
+                        eval_every=4, progress=True)
+    h = result.history
+    np.testing.assert_array_equal(h["round"], [0, 4, 8, 10])
+    np.testing.assert_array_equal(h["grad_evals"], h["round"] * n * 3)
+    np.testing.assert_array_equal(h["floats_up"], h["round"] * n * p)
+    np.testing.assert_array_equal(h["prox_evals"], h["round"] * (n * 3 + 1))
+    assert np.isfinite(h["normal_map"]).all() and (np.diff(h["seconds"]) >= 0).all()
+    assert np.isnan(h["test_accuracy"]).all()  # a regression has no accuracy
+    assert "fednmap: round 10/10" in capsys.readouterr().err
+    assert set(h.as_dict()) == set(h.columns)
+    assert algorithms.make("fednmap", gamma=2.0).gamma == 2.0
+    assert "fednmap" in fedopt.algorithms.available()
