@@ -187,3 +187,23 @@ def test_history_columns_costs_and_progress(capsys):
     assert set(h.as_dict()) == set(h.columns)
     assert algorithms.make("fednmap", gamma=2.0).gamma == 2.0
     assert "fednmap" in fedopt.algorithms.available()
+
+
+@pytest.mark.parametrize("method", METHODS + ["scaffold"])
+def test_the_fused_local_loop_equals_the_step_by_step_loop(method, monkeypatch):
+    reg = Zero() if method == "scaffold" else ElasticNet(0.02, 0.1)
+    kw = dict(rounds=4, local_steps=3, lr_local=0.3, batch_size=8, seed=5)
+    fused = fedopt.run(method, classification(), reg, **kw)
+    problem = classification()
+    monkeypatch.setattr(problem, "fused_local_steps", lambda *args: False)
+    stepwise = fedopt.run(method, problem, reg, **kw)
+    np.testing.assert_allclose(fused.x, stepwise.x, rtol=1e-12, atol=1e-14)
+
+
+def test_row_wise_regularizers_take_the_step_by_step_loop_on_every_backend():
+    from fedopt.regularizers import GroupLasso
+
+    results = [fedopt.run("fednmap", classification(backend=b), GroupLasso(0.2, groups=2), rounds=4, local_steps=3,
+                          lr_local=0.3, batch_size=8, seed=2) for b in ("numpy", "numba")]
+    np.testing.assert_allclose(results[1].x, results[0].x, rtol=1e-10, atol=1e-12)
+    assert np.count_nonzero(results[0].x) < results[0].x.size  # whole groups are zeroed

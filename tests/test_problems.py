@@ -137,7 +137,6 @@ def test_parallel_kernel_matches_the_reference():
 
 
 def test_samples_weights_give_the_pooled_scikit_learn_losses():
-    rng = np.random.default_rng(0)
     for name, loss_of in [
         ("logistic", lambda p, x, X, y: log_loss(y, 1 / (1 + np.exp(-(X @ x[:-1] + x[-1]))))),
         ("softmax", lambda p, x, X, y: log_loss(y, _softmax(X @ x[:-3].reshape(3, -1).T + x[-3:]), labels=range(3))),

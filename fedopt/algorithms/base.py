@@ -95,12 +95,58 @@ class Algorithm:
         """Refuse hyperparameters that the regularizer cannot take (``step * rho >= 1``)."""
 
     # ---- helpers for the methods
+    def local_loop(self, env: Env, Z, P, D, lr: float, prox_steps=None):
+        """The ``local_steps`` local steps of every client, in place.
+
+        For ``l = 0..Q-1``: ``G = g_i(P_i)`` (a minibatch of ``batch_size`` rows per client, or
+        the full local gradient), ``Z -= lr * (G + D)`` and ``P = prox_{s_l phi}(Z)`` with
+        ``s_l = prox_steps[l]``; without ``prox_steps`` there is no prox and ``P`` must be ``Z``
+        itself. ``D`` is an ``(n, p)`` shift (corrections, control variates) or None.
+
+        All Q minibatches are drawn first, from the run's generator, so that every backend and
+        both code paths below see the same samples. Linear problems on the CPU with a
+        separable (or no) prox run all steps of all clients in one fused kernel call; anything
+        else takes a few array operations per step for all clients at once.
+        """
+        problem, reg = env.problem, env.regularizer
+        batch = getattr(self, "batch_size", None)
+        rows = None if batch is None else problem.sample_rows(env.rng, batch, steps=self.local_steps)
+        if self._fused(problem, reg, rows, Z, P, D, lr, prox_steps):
+            return Z, P
+        G = problem.backend.xp.empty_like(Z)
+        for step in range(self.local_steps):
+            problem.client_grad(P, None if rows is None else rows[step], out=G)
+            if D is not None:
+                G += D
+            G *= lr
+            Z -= G
+            if prox_steps is not None:
+                reg.prox(Z, prox_steps[step], out=P)
+        return Z, P
+
     def gradients(self, env: Env, X, out=None):
-        """Every client's stochastic gradient at its row of ``X``: one minibatch of ``batch_size``
-        rows drawn per client from the run's generator, or the full local gradient."""
+        """Every client's stochastic gradient at its row of ``X`` (for local loops that
+        :meth:`local_loop` does not cover): one minibatch of ``batch_size`` rows per client from
+        the run's generator, or the full local gradient."""
         batch = getattr(self, "batch_size", None)
         rows = None if batch is None else env.problem.sample_rows(env.rng, batch)
         return env.problem.client_grad(X, rows, out=out)
+
+    def _fused(self, problem, reg, rows, Z, P, D, lr, prox_steps) -> bool:
+        from fedopt import kernels as K
+
+        xp = problem.backend.xp
+        if prox_steps is None:
+            kind, w = K.IDENTITY, xp.empty((0, 0), dtype=Z.dtype)
+            thetas = np.zeros((self.local_steps, 1))
+        else:
+            forms = [reg._elementwise(float(step), problem.backend, Z.dtype) for step in prox_steps]
+            if any(form is None for form in forms):  # a row-wise prox (group, simplex, ...): not fusable
+                return False
+            kind, w = forms[0][0], forms[0][2]
+            thetas = np.stack([form[1] for form in forms])
+        D = xp.empty((0, 0), dtype=Z.dtype) if D is None else D
+        return problem.fused_local_steps(rows, D, lr, kind, thetas, w, Z, P)
 
     @staticmethod
     def start(problem, x0):

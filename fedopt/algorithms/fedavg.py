@@ -46,10 +46,7 @@ class FedAvg(Algorithm):
         problem = env.problem
         xp = problem.backend.xp
         X = xp.broadcast_to(x_t, (problem.n_clients, problem.n_params)).copy()
-        G = xp.empty_like(X)
-        for _ in range(self.local_steps):
-            self.gradients(env, X, out=G)
-            X -= self.lr_local * G
+        self.local_loop(env, X, X, None, self.lr_local)
         averaged = x_t + self.lr_server * (problem.average(X) - x_t)
         costs = self.round_costs(problem, 0, 1, up=1, down=1)
         return replace(state, x=env.regularizer.prox(averaged, self.effective_step), round=state.round + 1,

@@ -57,11 +57,7 @@ class FedCanon(Algorithm):
         problem, c = env.problem, state.vars["c"]
         xp = problem.backend.xp
         X = xp.broadcast_to(z, c.shape).copy()
-        G = xp.empty_like(X)
-        for _ in range(self.local_steps):
-            self.gradients(env, X, out=G)
-            G += c
-            X -= self.lr_local * G
+        self.local_loop(env, X, X, c, self.lr_local)
         delta = (z - X) / (self.lr_local * self.local_steps)
         delta_bar = problem.average(delta)
         z_next = env.regularizer.prox(z - self.server_step * delta_bar, self.server_step)

@@ -60,10 +60,8 @@ class FedNMap(Algorithm):
         xp = problem.backend.xp
         Z = xp.broadcast_to(z_t, c.shape).copy()
         X = xp.broadcast_to(x_t, c.shape).copy()
-        G = xp.empty_like(Z)
-        for _ in range(self.local_steps):
-            self.gradients(env, X, out=G)
-            reg.normal_map_step(Z, G, z_t, x_t, self.lr_local, self.gamma, correction=c, z_out=Z, x_out=X)
+        shift = c + (z_t - x_t) / self.gamma  # c_i plus the round-start normal-map term
+        self.local_loop(env, Z, X, shift, self.lr_local, [self.gamma] * self.local_steps)
         Y = (z_t - Z) / (self.lr_local * self.local_steps)
         y_bar = problem.average(Y)
         z_next = z_t - self.effective_step * y_bar

@@ -44,12 +44,7 @@ class Scaffold(Algorithm):
         c, c_clients = state.vars["c"], state.vars["c_clients"]
         xp = problem.backend.xp
         X = xp.broadcast_to(x_t, c_clients.shape).copy()
-        G = xp.empty_like(X)
-        shift = c - c_clients
-        for _ in range(self.local_steps):
-            self.gradients(env, X, out=G)
-            G += shift
-            X -= self.lr_local * G
+        self.local_loop(env, X, X, c - c_clients, self.lr_local)
         c_new = c_clients - c + (x_t - X) / (self.lr_local * self.local_steps)
         x_next = x_t + self.lr_server * (problem.average(X) - x_t)
         costs = self.round_costs(problem, 0, 0, up=2, down=2)

@@ -50,16 +50,11 @@ class Zhang(Algorithm):
         xp = problem.backend.xp
         Z = xp.broadcast_to(x_t, c.shape).copy()
         X = Z.copy()
-        G = xp.empty_like(Z)
-        for step in range(1, self.local_steps + 1):
-            self.gradients(env, X, out=G)
-            G += c
-            Z -= self.lr_local * G
-            if step < self.local_steps:  # x_i^Q is never used
-                reg.prox(Z, step * self.lr_local, out=X)
+        # x_i^{l+1} = prox_{(l+1) eta_a phi}(z_i^{l+1}); the last one is never used
+        self.local_loop(env, Z, X, c, self.lr_local, [(l + 1) * self.lr_local for l in range(self.local_steps)])
         Y = (x_t - Z) / (self.lr_local * self.local_steps)
         y_bar = problem.average(Y)
         z_next = x_t - self.effective_step * y_bar
-        costs = self.round_costs(problem, self.local_steps - 1, 1, up=1, down=2)
+        costs = self.round_costs(problem, self.local_steps, 1, up=1, down=2)
         return replace(state, x=reg.prox(z_next, self.effective_step), z=z_next, round=state.round + 1,
                        costs=state.costs + costs, vars={"c": c + y_bar - Y})

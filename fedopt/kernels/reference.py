@@ -227,3 +227,18 @@ def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, gra
         if len(grad_out):
             grad_out[i] = np.concatenate([(dA.T @ X_r).ravel(), dA.sum(0), (dO.T @ H).ravel(), dO.sum(0)])
     return loss_out, grad_out
+
+
+def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
+    """The local steps of a round for a linear model (CPU fast path; see :mod:`fedopt.kernels`).
+
+    For each step ``l``: ``G = grad f_i(P[i]; rows[l, i])`` for every client,
+    ``Z -= lr * (G + D)`` (``D`` may be empty) and ``P = prox_l(Z)``, the separable prox of code
+    ``prox_kind`` with parameters ``thetas[l]`` (IDENTITY copies ``Z``).
+    """
+    G = np.empty_like(Z)
+    for step in range(rows.shape[0]):
+        linear_oracle(X, y, offsets, P, rows[step], kind, n_out, scale, fit_intercept, np.empty(0, Z.dtype), G)
+        Z -= lr * (G + D) if D.size else lr * G
+        P[...] = _elementwise(Z, prox_kind, thetas[step], w)
+    return Z, P

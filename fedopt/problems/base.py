@@ -82,6 +82,13 @@ class Problem:
         """Outputs of the model ``x`` on the raw rows ``X`` (default: the training set)."""
         raise NotImplementedError
 
+    def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
+        """Run a round's local steps in one kernel call where the backend has one; False if not.
+
+        See ``local_steps_linear`` in :mod:`fedopt.kernels`; ``rows`` is ``(Q, n, b)`` or None.
+        """
+        return False
+
     def init(self, seed=None):
         """The initial point ``x_0`` (zeros for linear models)."""
         return self.backend.xp.zeros(self.n_params, dtype=self.dtype)

@@ -46,6 +46,16 @@ class LinearModel(Problem):
         self.backend.kernels.linear_oracle(self._X, self._y, self._offsets, W, rows, self.kind, self.n_out,
                                            self.dataset.scale, self.fit_intercept, loss_out, grad_out)
 
+    def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
+        kernel = getattr(self.backend.kernels, "local_steps_linear", None)
+        if kernel is None:
+            return False
+        if rows is None:
+            rows = np.empty((len(thetas), self.n_clients, 0), dtype=np.int64)
+        kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale, self.fit_intercept,
+               D, lr, prox_kind, thetas, w, Z, P)
+        return True
+
     def decision_function(self, x, X=None):
         """Margins ``scale * X @ coef.T + intercept``, shape ``(m, n_out)``."""
         coef, intercept = self.unpack(self._vector(x))

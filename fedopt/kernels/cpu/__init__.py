@@ -7,6 +7,8 @@ arrays, and cached on disk unless ``FEDOPT_NUMBA_CACHE=0``.
 
 from __future__ import annotations
 
+import numpy as np
+
 from fedopt.kernels import KERNEL_NAMES
 from fedopt.kernels.batched import mlp_oracle  # BLAS batched products are the fast path here
 from fedopt.kernels.cpu import elementwise as _elementwise
@@ -17,7 +19,7 @@ from fedopt.kernels.cpu.rows import project_l1_ball, project_l2_ball, project_si
 # LAPACK does the SVD: the batched NumPy call is already the fast path (no hand-written SVD).
 from fedopt.kernels.reference import prox_nuclear
 
-__all__ = list(KERNEL_NAMES)
+__all__ = [*KERNEL_NAMES, "local_steps_linear"]
 
 
 def prox_elementwise(z, kind, theta, w, out):
@@ -39,15 +41,33 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
     return z_out, x_out
 
 
+def _model_arrays(X, W):
+    """``(X, data, indices, indptr, dense, d)``: the dense array or the CSR parts, with placeholders for the other."""
+    if hasattr(X, "indptr"):  # scipy.sparse CSR
+        return np.empty((0, 0), W.dtype), X.data, X.indices, X.indptr, False, X.shape[1]
+    return X, np.empty(0, W.dtype), np.empty(0, np.int32), np.empty(1, np.int32), True, X.shape[1]
+
+
+def _work(X, n_rows, n_out):
+    """Elements touched by a pass over ``n_rows`` rows: picks the serial or the parallel kernel."""
+    per_row = X.nnz / max(1, X.shape[0]) if hasattr(X, "indptr") else X.shape[1]
+    return int(n_rows * n_out * max(1.0, per_row))
+
+
 def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
     """Loss and gradient of a linear model per client, one fused pass per row (dense or CSR ``X``)."""
     scale = W.dtype.type(scale)
     n_rows = rows.size if rows.shape[1] else X.shape[0]
-    if hasattr(X, "indptr"):  # scipy.sparse CSR
-        work = n_rows * n_out * max(1, X.nnz // max(1, X.shape[0]))
-        _models.linear_oracle_csr(work, X.data, X.indices, X.indptr, X.shape[1], y, offsets, W, rows, kind, n_out,
-                                  scale, fit_intercept, loss_out, grad_out)
-    else:
-        _models.linear_oracle_dense(n_rows * n_out * X.shape[1], X, y, offsets, W, rows, kind, n_out, scale,
-                                    fit_intercept, loss_out, grad_out)
+    _models.linear_oracle_kernel(_work(X, n_rows, n_out), *_model_arrays(X, W), y, offsets, W, rows, kind, n_out,
+                                 scale, fit_intercept, loss_out, grad_out)
     return loss_out, grad_out
+
+
+def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
+    """A round's local steps in one call: per client and step ``Z -= lr * (grad(P) + D); P = prox(Z)``."""
+    dtype = Z.dtype
+    n_rows = rows.size if rows.shape[2] else rows.shape[0] * X.shape[0]
+    _models.local_steps_kernel(_work(X, n_rows, n_out), *_model_arrays(X, Z), y, offsets, rows, kind, n_out,
+                               dtype.type(scale), fit_intercept, D, dtype.type(lr), prox_kind,
+                               thetas.astype(dtype), w, Z, P)
+    return Z, P

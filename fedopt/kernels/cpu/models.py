@@ -1,4 +1,4 @@
-"""Linear-model oracles as Numba kernels: ``prange`` over clients, one fused pass per sampled row.
+"""Linear-model oracles and fused local steps as Numba kernels: ``prange`` over clients.
 
 Each row is read from memory once: its margins (forward) and its share of the gradient
 (backward) are computed while it sits in L1, so the floor is streaming the sampled rows of ``X``
@@ -14,6 +14,7 @@ from numba import prange
 
 from fedopt.kernels import LEAST_SQUARES, LOGISTIC
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, inline, kernel
+from fedopt.kernels.cpu.elementwise import _prox_block
 
 
 @inline
@@ -50,76 +51,90 @@ def _residual(kind, M, n_out, target):
     return math.log(total) + top - picked
 
 
-@kernel(fastmath=REDUCTION_MATH)
-def linear_oracle_dense(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
-    """Per client: ``M = scale * X_r @ coef.T + b``, ``loss_out[i] = mean(loss(M))``, ``grad_out[i] = [scale * R.T @ X_r, R.sum(0)] / m``."""
-    n, d = offsets.shape[0] - 1, X.shape[1]
-    batch = rows.shape[1]
-    shared = W.shape[0] == 1
-    want_loss, want_grad = loss_out.shape[0] > 0, grad_out.shape[0] > 0
-    zero = scale - scale  # 0 in the dtype of the parameters
-    for i in prange(n):
-        w = W[0] if shared else W[i]
-        count = batch if batch > 0 else offsets[i + 1] - offsets[i]
-        M = np.empty(n_out + 1, dtype=W.dtype)  # the margins, then 1/count in their dtype
-        M[n_out] = 1 / count
-        inv_count = M[n_out]  # float32 stays float32 in the loops below
-        if want_grad:
-            grad_out[i, :] = zero
-        total = 0.0
-        for t in range(count):
-            x = X[rows[i, t] if batch > 0 else offsets[i] + t]
-            for c in range(n_out):
-                s = zero
+@inline
+def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, kind, n_out, scale, fit_intercept, M,
+                 g, want_grad):
+    """Mean loss of one client over ``count`` rows, and its gradient into ``g`` when ``want_grad``.
+
+    The rows are ``rows[:count]`` (global indices) when ``rows`` is not empty, else the client's
+    contiguous rows ``first, ..., first + count - 1``. ``X`` is dense when ``dense``, else
+    ``data, indices, indptr`` hold CSR rows; ``d`` is the number of features. ``M`` is scratch
+    of length ``n_out + 1``. Each row is read once for its margins and its gradient share.
+    """
+    M[n_out] = 1 / count
+    inv_count = M[n_out]  # 1/count in the parameters' dtype: float32 stays float32 below
+    zero = scale - scale
+    if want_grad:
+        g[:] = zero
+    total = 0.0
+    for t in range(count):
+        r = rows[t] if rows.shape[0] > 0 else first + t
+        for c in range(n_out):
+            s = zero
+            if dense:
+                x = X[r]
                 for j in range(d):
                     s += x[j] * w[c * d + j]
-                M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
-            total += _residual(kind, M, n_out, y[rows[i, t] if batch > 0 else offsets[i] + t])
-            if want_grad:
-                g = grad_out[i]
-                for c in range(n_out):
-                    step = M[c] * (scale * inv_count)
+            else:
+                for k in range(indptr[r], indptr[r + 1]):
+                    s += data[k] * w[c * d + indices[k]]
+            M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
+        total += _residual(kind, M, n_out, y[r])
+        if want_grad:
+            for c in range(n_out):
+                step = M[c] * (scale * inv_count)
+                if dense:
+                    x = X[r]
                     for j in range(d):
                         g[c * d + j] += step * x[j]
-                    if fit_intercept:
-                        g[n_out * d + c] += M[c] * inv_count
-        if want_loss:
-            loss_out[i] = total * inv_count
+                else:
+                    for k in range(indptr[r], indptr[r + 1]):
+                        g[c * d + indices[k]] += step * data[k]
+                if fit_intercept:
+                    g[n_out * d + c] += M[c] * inv_count
+    return total * inv_count
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def linear_oracle_csr(data, indices, indptr, d, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
-    """:func:`linear_oracle_dense` on CSR rows ``data[indptr[r]:indptr[r+1]]`` at columns ``indices[...]``."""
+def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, offsets, W, rows, kind, n_out, scale, fit_intercept,
+                         loss_out, grad_out):
+    """Per client: ``M = scale * X_r @ coef.T + b``, ``loss_out[i] = mean(loss(M))``, ``grad_out[i] = [scale * R.T @ X_r, R.sum(0)] / m``."""
     n = offsets.shape[0] - 1
-    batch = rows.shape[1]
-    shared = W.shape[0] == 1
     want_loss, want_grad = loss_out.shape[0] > 0, grad_out.shape[0] > 0
-    zero = scale - scale
     for i in prange(n):
-        w = W[0] if shared else W[i]
-        count = batch if batch > 0 else offsets[i + 1] - offsets[i]
-        M = np.empty(n_out + 1, dtype=W.dtype)  # the margins, then 1/count in their dtype
-        M[n_out] = 1 / count
-        inv_count = M[n_out]  # float32 stays float32 in the loops below
-        if want_grad:
-            grad_out[i, :] = zero
-        total = 0.0
-        for t in range(count):
-            r = rows[i, t] if batch > 0 else offsets[i] + t
-            k0, k1 = indptr[r], indptr[r + 1]
-            for c in range(n_out):
-                s = zero
-                for k in range(k0, k1):
-                    s += data[k] * w[c * d + indices[k]]
-                M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
-            total += _residual(kind, M, n_out, y[r])
-            if want_grad:
-                g = grad_out[i]
-                for c in range(n_out):
-                    step = M[c] * (scale * inv_count)
-                    for k in range(k0, k1):
-                        g[c * d + indices[k]] += step * data[k]
-                    if fit_intercept:
-                        g[n_out * d + c] += M[c] * inv_count
+        w = W[0] if W.shape[0] == 1 else W[i]
+        first = offsets[i]
+        count = rows.shape[1] if rows.shape[1] > 0 else offsets[i + 1] - first
+        M = np.empty(n_out + 1, dtype=W.dtype)
+        g = grad_out[i] if want_grad else M
+        loss = _client_pass(X, data, indices, indptr, dense, d, y, rows[i], first, count, w, kind, n_out, scale,
+                            fit_intercept, M, g, want_grad)
         if want_loss:
-            loss_out[i] = total * inv_count
+            loss_out[i] = loss
+
+
+@kernel(fastmath=REDUCTION_MATH)
+def local_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kind, n_out, scale, fit_intercept, D,
+                       lr, prox_kind, thetas, w, Z, P):
+    """All of a round's local steps, client by client: for ``l < Q``, ``g = grad f_i(P[i]; rows[l, i])``,
+    ``Z[i] -= lr * (g + D[i])``, ``P[i] = prox_l(Z[i])`` (separable prox of code ``prox_kind``
+    with parameters ``thetas[l]``; IDENTITY copies). ``D`` may be empty (no shift)."""
+    n, p = Z.shape
+    steps = rows.shape[0]
+    for i in prange(n):
+        first = offsets[i]
+        count = rows.shape[2] if rows.shape[2] > 0 else offsets[i + 1] - first
+        M = np.empty(n_out + 1, dtype=Z.dtype)
+        g = np.empty(p, dtype=Z.dtype)
+        z = Z[i]
+        for step in range(steps):
+            _client_pass(X, data, indices, indptr, dense, d, y, rows[step, i], first, count, P[i], kind, n_out, scale,
+                         fit_intercept, M, g, True)
+            if D.shape[0] > 0:
+                shift = D[i]
+                for j in range(p):
+                    z[j] -= lr * (g[j] + shift[j])
+            else:
+                for j in range(p):
+                    z[j] -= lr * g[j]
+            _prox_block(prox_kind, thetas[step], w, Z, i, 0, p, P)
