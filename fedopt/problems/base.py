@@ -158,8 +158,10 @@ class Problem:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         shape = (self.n_clients, batch_size) if steps is None else (int(steps), self.n_clients, batch_size)
-        sizes = self.dataset.client_sizes[:, None]
-        return (rng.integers(0, sizes, size=shape) + self._offsets[:-1, None]).astype(np.int64)
+        # floor(u * m_i) for u uniform in [0, 1): uniform on 0..m_i - 1, and several times faster
+        # than Generator.integers with per-client bounds
+        local = (rng.random(shape) * self.dataset.client_sizes[:, None]).astype(np.int64)
+        return local + self._offsets[:-1, None]
 
     # ------------------------------------------------------------------ evaluation
     def score(self, x, test: bool = True) -> float:

@@ -1,0 +1,1 @@
+"""Peer implementations that the benchmarks compare fedopt with, written the way research code usually is."""
