@@ -7,8 +7,10 @@ import sys
 
 
 def _list(args) -> int:
-    from fedopt import _backend, regularizers
+    from fedopt import _backend, algorithms, problems, regularizers
 
+    print("algorithms:", ", ".join(algorithms.available()))
+    print("problems:", ", ".join(problems.PROBLEMS))
     print("regularizers:", ", ".join(regularizers.available()))
     print("backends:", ", ".join(_backend.available()), "(and 'auto')")
     return 0
@@ -24,10 +26,10 @@ def _demo(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedopt", description="Composite federated optimization on compiled kernels.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = commands.add_parser("demo", help="solve sparse regressions with fedopt's prox kernels and time the kernels")
+    demo = commands.add_parser("demo", help="train federated models on the bundled digits, check a federated Lasso, time the kernels")
     demo.add_argument("--backend", default="auto", choices=["numpy", "numba", "gpu", "auto"])
     demo.set_defaults(handler=_demo)
-    listing = commands.add_parser("list", help="list the regularizers and the backends that work here")
+    listing = commands.add_parser("list", help="list the algorithms, problems, regularizers and the backends that work here")
     listing.set_defaults(handler=_list)
     return parser
 

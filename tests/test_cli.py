@@ -2,14 +2,14 @@
 
 import pytest
 
-from fedopt import regularizers
+from fedopt import algorithms, regularizers
 from fedopt.cli import main
 
 
 def test_list_names_every_regularizer(capsys):
     assert main(["list"]) == 0
     printed = capsys.readouterr().out
-    assert all(name in printed for name in regularizers.available())
+    assert all(name in printed for name in regularizers.available() + algorithms.available())
     assert "numba" in printed
 
 

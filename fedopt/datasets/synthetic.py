@@ -1,0 +1,331 @@
+"""Synthetic federated data with a known answer: every generator is seeded and returns a FederatedDataset.
+
+* :func:`make_sparse_regression`: a Gaussian design and a sparse true coefficient vector (Lasso tests).
+* :func:`make_classification`: scikit-learn's ``make_classification``, partitioned.
+* :func:`make_fedprox_synthetic`: synthetic(alpha, beta) of the FedProx paper, with natural clients.
+* :func:`make_mnist_like`: MNIST-shaped uint8 images (784 pixels, 10 classes) for benchmarks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+# By name from the module: the package rebinds ``fedopt.datasets.partition`` to the function.
+from fedopt.datasets.partition import from_client_ids as _from_client_ids
+from fedopt.datasets.partition import partition as _split
+from fedopt.datasets.loaders import _as_pixels, _pixel_storage
+
+
+def _streams(seed):
+    """Two independent generators from one seed: one draws the data, the other partitions it."""
+    return np.random.default_rng(seed).spawn(2)
+
+
+def _check_count(value, name: str, low: int = 1) -> int:
+    if isinstance(value, bool) or int(value) != value or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+# --------------------------------------------------------------------------- sparse regression
+def make_sparse_regression(n_samples: int = 1000, n_features: int = 100, n_informative: int = 10,
+                           noise: float = 0.1, n_clients: int = 10, partition: str = "iid", seed=0,
+                           test_size: float | None = None, **partition_options):
+    """Least-squares data ``y = X coef + noise * eps`` whose coefficients have a known sparse support.
+
+    Parameters
+    ----------
+    n_samples, n_features : int
+    n_informative : int
+        The number of nonzero coefficients, at positions drawn uniformly without replacement.
+    noise : float
+        Standard deviation of the Gaussian noise ``eps ~ N(0, 1)`` added to the targets.
+    n_clients : int
+    partition : str
+        The scheme of :func:`fedopt.datasets.partition` (``"iid"`` or ``"sorted"``, by target value).
+    seed : int, Generator or None
+        Seeds the data and, through an independent stream, the partition.
+    test_size : float or None
+        Hold out this fraction of the samples as the test split.
+    **partition_options
+        Passed to :func:`fedopt.datasets.partition`.
+
+    Returns
+    -------
+    FederatedDataset
+        Float targets; ``info["coef"]`` is the true coefficient vector and ``info["support"]`` its
+        nonzero positions, sorted.
+
+    Notes
+    -----
+    The design has i.i.d. N(0, 1) entries. The nonzero coefficients are ``s * u`` with random signs
+    ``s`` and ``u ~ U[1, 2]``: bounded away from 0 (the "beta-min" condition under which the Lasso
+    can recover the support), so with unit-variance columns and small noise every informative
+    feature stands out from the noise.
+    """
+    n_samples = _check_count(n_samples, "n_samples")
+    n_features = _check_count(n_features, "n_features")
+    n_informative = _check_count(n_informative, "n_informative")
+    if n_informative > n_features:
+        raise ValueError(f"n_informative={n_informative} is more than n_features={n_features}; "
+                         "lower n_informative or add features")
+    if not (noise >= 0 and np.isfinite(noise)):
+        raise ValueError(f"noise must be a finite standard deviation >= 0, got {noise!r}")
+    data_rng, split_rng = _streams(seed)
+    X = data_rng.standard_normal((n_samples, n_features))
+    support = np.sort(data_rng.choice(n_features, n_informative, replace=False))
+    coef = np.zeros(n_features)
+    coef[support] = data_rng.choice([-1.0, 1.0], n_informative) * data_rng.uniform(1.0, 2.0, n_informative)
+    y = X @ coef + noise * data_rng.standard_normal(n_samples)
+    partition_options.setdefault("name", f"sparse_regression/{partition}/{n_clients}")
+    ds = _split(X, y, n_clients, partition, seed=split_rng, test_size=test_size,
+                              task="regression", **partition_options)
+    return dataclasses.replace(ds, info={**ds.info, "coef": coef, "support": support, "noise": float(noise)})
+
+
+# ------------------------------------------------------------------------------- classification
+#: Keywords of :func:`sklearn.datasets.make_classification` passed through (``scale`` there
+#: multiplies the features; the dataset's storage scale stays 1).
+_SKLEARN_CLASSIFICATION_OPTIONS = ("n_informative", "n_redundant", "n_repeated", "n_clusters_per_class",
+                                   "weights", "flip_y", "class_sep", "hypercube", "shift", "scale")
+_PARTITION_OPTIONS = ("alpha", "shards_per_client", "min_samples", "dtype", "name")
+
+
+def make_classification(n_samples: int = 1000, n_features: int = 20, n_classes: int = 2, n_clients: int = 10,
+                        partition: str = "dirichlet", seed=0, test_size: float | None = 0.2, **options):
+    """scikit-learn's :func:`~sklearn.datasets.make_classification`, held out and partitioned.
+
+    Parameters
+    ----------
+    n_samples, n_features, n_classes : int
+    n_clients : int
+    partition : str
+        The scheme of :func:`fedopt.datasets.partition`; ``"dirichlet"`` (label skew, with
+        ``alpha=0.5`` unless given) by default, as in FedCanon's and DEPOSITUM's experiments.
+    seed : int, Generator or None
+        Seeds the data and, through an independent stream, the hold-out and partition.
+    test_size : float or None
+        Stratified fraction held out as the test split.
+    **options
+        Either keywords of scikit-learn's generator (``n_informative``, ``n_redundant``,
+        ``n_repeated``, ``n_clusters_per_class``, ``weights``, ``flip_y``, ``class_sep``,
+        ``hypercube``, ``shift``, ``scale``) or of :func:`fedopt.datasets.partition` (``alpha``,
+        ``shards_per_client``, ``min_samples``, ``dtype``, ``name``).
+        ``n_informative`` defaults to ``max(2, n_features // 2)`` rather than scikit-learn's 2, so
+        that ten classes with two clusters each fit (scikit-learn needs
+        ``n_classes * n_clusters_per_class <= 2 ** n_informative``), and ``n_redundant`` to
+        ``min(2, n_features - n_informative - n_repeated)``.
+    """
+    from sklearn.datasets import make_classification as sklearn_classification
+
+    unknown = sorted(set(options) - set(_SKLEARN_CLASSIFICATION_OPTIONS) - set(_PARTITION_OPTIONS))
+    if unknown:
+        raise ValueError(f"make_classification got unknown option(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(_SKLEARN_CLASSIFICATION_OPTIONS + _PARTITION_OPTIONS)}")
+    generator = {k: v for k, v in options.items() if k in _SKLEARN_CLASSIFICATION_OPTIONS}
+    splitter = {k: v for k, v in options.items() if k in _PARTITION_OPTIONS}
+    n_features = _check_count(n_features, "n_features")
+    generator.setdefault("n_informative", min(n_features, max(2, n_features // 2)))
+    generator.setdefault("n_redundant", max(0, min(2, n_features - generator["n_informative"]
+                                                   - generator.get("n_repeated", 0))))
+    data_rng, split_rng = _streams(seed)
+    X, y = sklearn_classification(n_samples, n_features, n_classes=n_classes,
+                                  random_state=int(data_rng.integers(2**31 - 1)), **generator)
+    splitter.setdefault("name", f"classification/{partition}/{n_clients}")
+    return _split(X, y, n_clients, partition, seed=split_rng, test_size=test_size,
+                                task="classification", **splitter)
+
+
+# ------------------------------------------------------------------------------ FedProx synthetic
+def make_fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, n_clients: int = 30, n_features: int = 60,
+                           n_classes: int = 10, seed=0, test_size: float | None = 0.2, iid: bool = False,
+                           min_samples: int = 50, max_samples: int = 2000):
+    """The synthetic(alpha, beta) data of FedProx (Li et al., MLSys 2020, section 5.1), one model per client.
+
+    Parameters
+    ----------
+    alpha : float
+        Variance of ``u_k``, the mean of client ``k``'s model entries: how much the local models differ.
+    beta : float
+        Variance of ``B_k``, the mean of client ``k``'s feature means: how much the local data differ.
+    n_clients, n_features, n_classes : int
+        30, 60 and 10 in the paper.
+    seed : int, Generator or None
+    test_size : float or None
+        Hold out this fraction of every client's samples (rounded, at most all but one) into the
+        pooled test split; None or 0 keeps everything for training.
+    iid : bool
+        The paper's synthetic_iid: one model ``W, b ~ N(0, 1)`` shared by every client and one
+        feature distribution ``x ~ N(0, Sigma)`` (``v_k = 0``); ``alpha`` and ``beta`` play no role.
+    min_samples, max_samples : int
+        Client ``k`` draws ``m_k = min(int(exp(N(4, 2^2))) + min_samples, max_samples)`` samples
+        (train and test together).
+
+    Returns
+    -------
+    FederatedDataset
+        Classes ``0..n_classes-1`` (every code, even one no sample has); ``info`` holds the local
+        models ``W`` (n_clients, n_classes, n_features), ``b`` (n_clients, n_classes) and the feature
+        means ``v`` (n_clients, n_features).
+
+    Notes
+    -----
+    For client ``k`` [FedProx]: ``u_k ~ N(0, alpha)``, ``B_k ~ N(0, beta)``; ``W_k ~ N(u_k, 1)``
+    entrywise, shape ``(n_classes, n_features)``; ``b_k ~ N(u_k, 1)``; ``v_k ~ N(B_k, 1)``;
+    ``x ~ N(v_k, Sigma)`` with ``Sigma = diag(j^-1.2)``, ``j = 1..n_features``; and
+    ``y = argmax softmax(W_k x + b_k)``. ``N(m, s)`` is read as variance ``s``, as in the paper's
+    notation; the FedProx repository's script passes alpha and beta to NumPy as standard deviations,
+    so ``alpha=0.5`` here is its ``alpha=sqrt(0.5)``. The sizes follow the repository's power law
+    ``int(lognormal(4, 2)) + 50``; the cap ``max_samples`` is ours, to keep one client from holding
+    most of the data.
+
+    Because ``u_k`` shifts every logit of a sample by the same amount ``u_k (sum_j x_j + 1)``, it
+    cancels in the argmax: ``alpha`` changes the local models but not the distribution of the data
+    ``(x, y)``. The data's heterogeneity comes from the independent local models and from ``beta``.
+    """
+    n_clients = _check_count(n_clients, "n_clients")
+    n_features = _check_count(n_features, "n_features")
+    n_classes = _check_count(n_classes, "n_classes", low=2)
+    min_samples = _check_count(min_samples, "min_samples", low=2 if test_size else 1)
+    max_samples = _check_count(max_samples, "max_samples", low=min_samples)
+    for value, name in ((alpha, "alpha"), (beta, "beta")):
+        if not (value >= 0 and np.isfinite(value)):
+            raise ValueError(f"{name} must be a finite variance >= 0, got {value!r}")
+    if test_size is not None and not 0 <= test_size < 1:
+        raise ValueError(f"test_size must be a fraction in [0, 1), got {test_size!r}")
+    rng = np.random.default_rng(seed)
+    sizes = np.minimum(rng.lognormal(4.0, 2.0, n_clients).astype(np.int64) + min_samples, max_samples)
+    W, b, v = _fedprox_models(rng, alpha, beta, n_clients, n_features, n_classes, iid)
+    sd = np.arange(1, n_features + 1) ** -0.6  # sqrt of Sigma_jj = j^-1.2
+    train, test = [], []
+    for k, m in enumerate(sizes):
+        x = v[k] + sd * rng.standard_normal((m, n_features))
+        y = np.argmax(x @ W[k].T + b[k], axis=1)  # softmax is monotone: its argmax is the logits'
+        n_test = min(int(round((test_size or 0) * m)), m - 1)
+        train.append((x[: m - n_test], y[: m - n_test], np.full(m - n_test, k)))
+        test.append((x[m - n_test:], y[m - n_test:]))
+    X, y, clients = (np.concatenate(parts) for parts in zip(*train))
+    name = f"fedprox_synthetic_iid/{n_clients}" if iid else f"fedprox_synthetic({alpha},{beta})/{n_clients}"
+    ds = _from_client_ids(X, y, clients, task="classification", name=name)
+    X_test, y_test = (np.concatenate(parts) for parts in zip(*test))
+    has_test = len(y_test) > 0
+    # Codes are the argmax indices themselves, so that every class keeps its index even when no
+    # sample (or no training sample) falls in it.
+    return dataclasses.replace(ds, y=ds.classes[ds.y], classes=np.arange(n_classes),
+                               X_test=X_test if has_test else None, y_test=y_test if has_test else None,
+                               info={**ds.info, "W": W, "b": b, "v": v, "alpha": alpha, "beta": beta, "iid": iid})
+
+
+def _fedprox_models(rng, alpha, beta, n_clients, n_features, n_classes, iid):
+    """Every client's ``W_k``, ``b_k`` and feature mean ``v_k``, drawn as in FedProx."""
+    if iid:
+        W = np.broadcast_to(rng.standard_normal((n_classes, n_features)), (n_clients, n_classes, n_features))
+        b = np.broadcast_to(rng.standard_normal(n_classes), (n_clients, n_classes))
+        return W.copy(), b.copy(), np.zeros((n_clients, n_features))
+    u = np.sqrt(alpha) * rng.standard_normal(n_clients)
+    B = np.sqrt(beta) * rng.standard_normal(n_clients)
+    W = u[:, None, None] + rng.standard_normal((n_clients, n_classes, n_features))
+    b = u[:, None] + rng.standard_normal((n_clients, n_classes))
+    v = B[:, None] + rng.standard_normal((n_clients, n_features))
+    return W, b, v
+
+
+# ------------------------------------------------------------------------------------ MNIST-like
+def make_mnist_like(n_samples: int = 6000, n_clients: int = 10, partition: str = "sorted", seed=0,
+                    test_size: float | None = 0.2, n_classes: int = 10, **options):
+    """MNIST-shaped data for benchmarks: 28x28 uint8 images (784 features), ``n_classes`` classes.
+
+    Each class has a smooth random template: Gaussian noise blurred by a Gaussian kernel (width 3
+    pixels), fading to 0 towards the border as MNIST digits do, and thresholded so that about a
+    fifth of the pixels are lit. A sample is its class template shifted by up to 2 pixels each way
+    and blended with a weight ``w ~ U[0, 0.4]`` of another class's template, at a random intensity
+    in [0.6, 1.2], plus blurred and per-pixel Gaussian noise; the pixels are rounded and clipped to
+    0..255, which leaves about two thirds of them 0. Classes are balanced (``n_samples //
+    n_classes`` each, the remainder going to the first classes). The constants are tuned so that
+    scikit-learn's LogisticRegression scores about 0.9 on held-out data with the defaults, close to
+    a linear model on real MNIST: learnable, but not solved.
+
+    Parameters
+    ----------
+    n_samples, n_clients : int
+    partition : str
+        The scheme of :func:`fedopt.datasets.partition`; ``"sorted"`` by default, as for MNIST.
+    seed : int, Generator or None
+        Seeds the data and, through an independent stream, the hold-out and partition.
+    test_size : float or None
+        Stratified fraction held out as the test split.
+    n_classes : int
+    **options
+        ``dtype`` (``"uint8"``, the default, stores raw pixels with ``scale=1/255``; a float dtype
+        stores pixels / 255 with scale 1, as :func:`~fedopt.datasets.load_mnist`), and the options of
+        :func:`fedopt.datasets.partition` (``alpha``, ``shards_per_client``, ...).
+
+    Returns
+    -------
+    FederatedDataset
+        ``info["templates"]`` holds the unshifted class templates as uint8 rows ``(n_classes, 784)``.
+    """
+    n_samples = _check_count(n_samples, "n_samples")
+    n_classes = _check_count(n_classes, "n_classes", low=2)
+    if n_samples < n_classes:
+        raise ValueError(f"n_samples={n_samples} is fewer than n_classes={n_classes}; give every class a sample")
+    store, scale = _pixel_storage(options.pop("dtype", "uint8"))
+    data_rng, split_rng = _streams(seed)
+    templates = _templates(data_rng, n_classes)
+    y = data_rng.permutation(np.arange(n_samples) % n_classes)
+    images = _mnist_like_images(data_rng, templates, y)
+    options.setdefault("name", f"mnist_like/{partition}/{n_clients}")
+    ds = _split(_as_pixels(images, store), y, n_clients, partition, seed=split_rng, test_size=test_size,
+                dtype=store, scale=scale, task="classification", **options)
+    info = {**ds.info, "templates": np.rint(templates).astype(np.uint8).reshape(n_classes, -1)}
+    return dataclasses.replace(ds, info=info)
+
+
+def _templates(rng, n_classes: int, size: int = 28) -> np.ndarray:
+    """``n_classes`` smooth blobs in 0..255 (floats), about a fifth of their pixels lit, dark borders."""
+    fields = _smooth(rng.standard_normal((n_classes, size, size)), sigma=3.0) * _border_fade(size)
+    lit = np.quantile(fields, 0.8, axis=(1, 2), keepdims=True)
+    return 255 * np.clip(1.5 * (fields - lit) / fields.std(axis=(1, 2), keepdims=True) + 0.3, 0, 1)
+
+
+def _mnist_like_images(rng, templates: np.ndarray, y: np.ndarray, max_shift: int = 2, max_blend: float = 0.4,
+                       block: int = 4096) -> np.ndarray:
+    """One uint8 image per label: a shifted template, a little of another class's, and noise.
+
+    Drawn ``block`` images at a time, so that the float temporaries stay small for MNIST-sized ``y``.
+    """
+    size = templates.shape[1]
+    padded = np.pad(templates, ((0, 0), (max_shift, max_shift), (max_shift, max_shift)))
+    offsets = [(r, c) for r in range(2 * max_shift + 1) for c in range(2 * max_shift + 1)]
+    shifted = np.stack([padded[:, r:r + size, c:c + size] for r, c in offsets], axis=1)
+    return np.concatenate([_noisy_images(rng, shifted, y[start:start + block], max_blend)
+                           for start in range(0, len(y), block)])
+
+
+def _noisy_images(rng, shifted: np.ndarray, y: np.ndarray, max_blend: float) -> np.ndarray:
+    (n_classes, n_offsets, size, _), n = shifted.shape, len(y)
+    other = (y + rng.integers(1, n_classes, n)) % n_classes
+    w = rng.uniform(0, max_blend, (n, 1, 1))
+    shape = ((1 - w) * shifted[y, rng.integers(n_offsets, size=n)]
+             + w * shifted[other, rng.integers(n_offsets, size=n)])
+    pixels = (rng.uniform(0.6, 1.2, (n, 1, 1)) * shape
+              + 60 * _smooth(rng.standard_normal((n, size, size)), sigma=2.0, normalize=True)
+              + 25 * rng.standard_normal((n, size, size)) - 60)
+    return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+
+
+def _smooth(fields: np.ndarray, sigma: float, normalize: bool = False) -> np.ndarray:
+    """Gaussian blur of each 2-D field of ``fields`` (the last two axes); unit variance when ``normalize``."""
+    from scipy.ndimage import gaussian_filter
+
+    out = gaussian_filter(fields, sigma=(0,) * (fields.ndim - 2) + (sigma, sigma), mode="constant")
+    return out / out.std() if normalize else out
+
+
+def _border_fade(size: int) -> np.ndarray:
+    """A window equal to 1 in the centre and falling to 0 at the edges (MNIST leaves a 4-pixel frame empty)."""
+    r = np.abs(np.arange(size) - (size - 1) / 2) / (size / 2)
+    ramp = np.clip((1 - r) / 0.35, 0, 1)
+    return np.outer(ramp, ramp)
