@@ -2,6 +2,11 @@
 
 Server-client methods: ``fednmap`` (FedNMap), ``zhang`` (Zhang et al. 2024a), ``fedcanon`` and
 ``fedcanon2`` (FedCanon I and II), ``scaffold`` (option II), ``fedavg`` (with a server prox).
+``scaffnew``: Scaffnew, federated ProxSkip (smooth problems only).
+``fedmid``: FedMiD, Euclidean federated mirror descent.
+``fedda``: FedDA, Euclidean federated dual averaging (convex regularizers only).
+``feddr``: FedDR, federated Douglas-Rachford splitting.
+``fedadmm``: FedADMM of Wang, Marella and Anderson (2022).
 :func:`available` lists the names that :func:`fedopt.run` accepts; :func:`make` builds one from
 keyword hyperparameters and refuses unknown names.
 """
@@ -11,14 +16,20 @@ from __future__ import annotations
 from dataclasses import fields
 
 from fedopt.algorithms.base import Algorithm, Costs, Env, State
+from fedopt.algorithms.fedadmm import FedADMM
 from fedopt.algorithms.fedavg import FedAvg
 from fedopt.algorithms.fedcanon import FedCanon, FedCanon2
+from fedopt.algorithms.fedda import FedDA
+from fedopt.algorithms.feddr import FedDR
+from fedopt.algorithms.fedmid import FedMiD
 from fedopt.algorithms.fednmap import FedNMap
+from fedopt.algorithms.scaffnew import Scaffnew
 from fedopt.algorithms.scaffold import Scaffold
 from fedopt.algorithms.zhang import Zhang
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (FedNMap, Zhang, FedCanon, FedCanon2, Scaffold, FedAvg)
+    cls.name: cls for cls in (FedNMap, Zhang, FedCanon, FedCanon2, Scaffold, FedAvg, Scaffnew, FedMiD, FedDA,
+                              FedDR, FedADMM)
 }
 
 
@@ -51,5 +62,5 @@ def _cls(name: str) -> type[Algorithm]:
     return ALGORITHMS[name]
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Costs", "Env", "FedAvg", "FedCanon", "FedCanon2", "FedNMap", "Scaffold",
-           "State", "Zhang", "available", "hyperparameters", "make"]
+__all__ = ["ALGORITHMS", "Algorithm", "Costs", "Env", "FedADMM", "FedAvg", "FedCanon", "FedCanon2", "FedDA", "FedDR",
+           "FedMiD", "FedNMap", "Scaffnew", "Scaffold", "State", "Zhang", "available", "hyperparameters", "make"]
