@@ -372,8 +372,16 @@ class GroupLasso(Regularizer):
         starts, order, weights = self._layout(p)
         starts_d = self._on_backend(backend, np.int64, f"starts{p}", lambda: starts)
         order_d = self._on_backend(backend, np.int64, f"order{p}", lambda: order)
-        tau = self._on_backend(backend, z.dtype, f"weights{p}", lambda: weights) * (step * self.lam)
-        backend.kernels.prox_group(z, starts_d, order_d, tau, 1.0, out)
+        backend.kernels.prox_group(z, starts_d, order_d, self._thresholds(backend, z.dtype, p, step), 1.0, out)
+
+    def _thresholds(self, backend, dtype, p, step):
+        """``step * lam * w_g`` per group, kept for the last step (a step is usually reused for many calls)."""
+        cache = self.__dict__.setdefault("_last_thresholds", {})
+        key = (p, backend.name, np.dtype(dtype))
+        if key not in cache or cache[key][0] != step:
+            weights = self._on_backend(backend, dtype, f"weights{p}", lambda: self._layout(p)[2])
+            cache[key] = (step, weights * (step * self.lam))
+        return cache[key][1]
 
 
 @dataclass(frozen=True, eq=False)

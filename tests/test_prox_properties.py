@@ -669,7 +669,7 @@ def test_reference_projection_of_large_entries(reg, z):
 @pytest.mark.xfail(
     strict=True,
     reason="L2Ball: ||z - c||^2 overflows to inf for ||z|| >~ 1.3e154, radius / inf = 0 and the projection "
-    "returns the center (fedopt/kernels/cpu/rows.py line 91; same in reference.py project_l2_ball)",
+    "returns the center (fedopt/kernels/cpu/rows.py _row_squared_distances; same in reference.py project_l2_ball)",
 )
 def test_l2_ball_projection_of_huge_point():
     """The projection of a huge point on the unit ball is its direction, not the center."""
@@ -679,7 +679,7 @@ def test_l2_ball_projection_of_huge_point():
 @pytest.mark.xfail(
     strict=True,
     reason="GroupLasso: the group norm sqrt(sum z^2) underflows to 0 for |z| < ~1e-154, and "
-    "fedopt/kernels/cpu/rows.py line 37 (norm <= tau) then zeroes the group even for lam = 0",
+    "fedopt/kernels/cpu/rows.py _shrink_factors (norm <= tau) then zeroes the group even for lam = 0",
 )
 def test_group_lasso_tiny_entries_are_not_zeroed():
     """``lam = 0`` is the identity, and ``lam * w << ||z_g||`` barely moves the group, even for tiny entries."""

@@ -14,33 +14,69 @@ from fedopt.kernels.cpu.elementwise import BLOCK
 SIMPLEX_CHUNK = 1 << 16
 
 
+# Group bounds are cast to unsigned so that indexing skips Numba's negative-index wrap-around,
+# which would keep the compiler from vectorizing the short loops over one group.
+
+
+@inline
+def _group_squares(zi, starts, order, g0, g1, squares):
+    """``squares[g - g0] = sum(zi[order[starts[g]:starts[g+1]]] ** 2)`` for ``g0 <= g < g1``, summed in float64."""
+    for g in range(g0, g1):
+        total = 0.0
+        k0, k1 = np.uint64(starts[g]), np.uint64(starts[g + 1])
+        if order.shape[0] > 0:
+            for k in range(k0, k1):
+                v = zi[np.uint64(order[k])]
+                total += v * v
+        else:
+            for k in range(k0, k1):
+                total += zi[k] * zi[k]
+        squares[g - g0] = total
+
+
+@inline
+def _shrink_factors(squares, tau, scale):
+    """``squares[m] <- scale * max(0, 1 - tau[m] / sqrt(squares[m]))`` in place; NaN stays NaN."""
+    for m in range(squares.shape[0]):
+        norm = math.sqrt(squares[m])
+        # A zero group (norm <= tau) is zeroed, never divided by 0; a NaN norm fails the test.
+        squares[m] = 0.0 if norm <= tau[m] else scale * (1.0 - tau[m] / norm)
+
+
+@inline
+def _scale_groups(zi, starts, order, g0, factors, oi):
+    """``oi[G] = factors[g - g0] * zi[G]`` for the groups ``G`` of ``factors``."""
+    for g in range(g0, g0 + factors.shape[0]):
+        f = factors[g - g0]
+        k0, k1 = np.uint64(starts[g]), np.uint64(starts[g + 1])
+        if order.shape[0] > 0:
+            for k in range(k0, k1):
+                j = np.uint64(order[k])
+                oi[j] = f * zi[j]
+        else:
+            for k in range(k0, k1):
+                oi[k] = f * zi[k]
+
+
 @kernel(fastmath=REDUCTION_MATH)
 def prox_group_kernel(z, starts, order, tau, scale, out):
-    """Per (row, group): ``out[i, G] = scale * max(0, 1 - tau[g] / ||z[i, G]||) * z[i, G]``, ``G = order[starts[g]:starts[g+1]]``."""
-    n = z.shape[0]
+    """Per (row, group): ``out[i, G] = scale * max(0, 1 - tau[g] / ||z[i, G]||) * z[i, G]``, ``G = order[starts[g]:starts[g+1]]``.
+
+    A task is a row and a run of consecutive groups of about BLOCK coordinates in all. The
+    norms of its groups are gathered first, so that the square roots and divisions (the bulk of
+    the work with small groups) run in one vectorized loop, then the groups are scaled.
+    """
+    n, p = z.shape
     n_groups = starts.shape[0] - 1
-    permuted = order.shape[0] > 0
-    for task in prange(n * n_groups):
-        i = task // n_groups
-        g = task - i * n_groups
-        zi, oi = z[i], out[i]
-        k0, k1 = starts[g], starts[g + 1]
-        squares = 0.0
-        if permuted:
-            for k in range(k0, k1):
-                squares += zi[order[k]] * zi[order[k]]
-        else:
-            for k in range(k0, k1):
-                squares += zi[k] * zi[k]
-        norm = math.sqrt(squares)
-        # NaN norm keeps NaN; a zero block (norm <= tau) is zeroed, never divided by 0.
-        factor = 0.0 if norm <= tau[g] else scale * (1.0 - tau[g] / norm)
-        if permuted:
-            for k in range(k0, k1):
-                oi[order[k]] = factor * zi[order[k]]
-        else:
-            for k in range(k0, k1):
-                oi[k] = factor * zi[k]
+    per_task = max(1, BLOCK * n_groups // max(p, 1))
+    tasks = (n_groups + per_task - 1) // per_task
+    for task in prange(n * tasks):
+        i = task // tasks
+        g0 = (task - i * tasks) * per_task
+        factors = np.empty(min(per_task, n_groups - g0))
+        _group_squares(z[i], starts, order, g0, g0 + factors.shape[0], factors)
+        _shrink_factors(factors, tau[g0 : g0 + factors.shape[0]], scale)
+        _scale_groups(z[i], starts, order, g0, factors, out[i])
 
 
 @kernel(fastmath=REDUCTION_MATH)
@@ -181,12 +217,56 @@ def _chunk_sums(z, use_abs, sums, maxima):
         maxima[i, c] = top
 
 
+@kernel(fastmath=REDUCTION_MATH)
+def _split_chunks(z, use_abs, lo, hi, buf, counts, sums, above_counts, above_sums, totals):
+    """Per chunk of ``y = z`` (or ``|z|``): candidates ``lo[i] < y <= hi[i]`` kept, ``y > hi[i]`` only counted.
+
+    NumPy, per chunk: ``c = y[(y > lo) & (y <= hi)]``; ``buf`` slice ``= c[:capacity]``, ``counts = len(c)``,
+    ``sums = c.sum()``, ``above_counts = (y > hi).sum()``, ``above_sums = y[y > hi].sum()``,
+    ``totals = y.sum()``. Entries above ``hi`` are many and in random order, so they are summed
+    with arithmetic instead of a branch; the candidates take one rarely taken branch, on a single
+    comparison (two would become two mispredicted branches), widened by a few ulps so that
+    rounding loses none of them, and checked exactly inside.
+    """
+    n, p = z.shape
+    chunks = counts.shape[1]
+    for task in prange(n * chunks):
+        i = task // chunks
+        c = task - i * chunks
+        t_lo, t_hi = lo[i], hi[i]
+        mid = 0.5 * t_lo + 0.5 * t_hi
+        reach = 0.5 * t_hi - 0.5 * t_lo + 1e-15 * (abs(t_lo) + abs(t_hi))
+        zi, bi = z[i], buf[i]
+        capacity = buf.shape[1] // chunks
+        b0 = c * SIMPLEX_CHUNK
+        kept = 0
+        total, kept_sum, n_above, above_sum = 0.0, 0.0, 0.0, 0.0
+        for j in range(b0, min(b0 + SIMPLEX_CHUNK, p)):
+            y = abs(zi[j]) if use_abs else zi[j]
+            total += y
+            above = np.float64(y > t_hi)
+            n_above += above
+            above_sum += y * above
+            if abs(y - mid) <= reach:
+                if y > t_lo and y <= t_hi:
+                    if kept < capacity:
+                        bi[c * capacity + kept] = y
+                    kept += 1
+                    kept_sum += y
+        counts[i, c] = kept
+        sums[i, c] = kept_sum
+        above_counts[i, c] = n_above
+        above_sums[i, c] = above_sum
+        totals[i, c] = total
+
+
 @kernel
 def _keep_above(z, use_abs, gather, taus, buf, counts, sums):
     """Keep the entries above ``taus[i]`` at the start of each chunk's slice of ``buf``, with their count and sum.
 
-    ``gather`` reads the entries from ``z`` (first pass); otherwise the kept entries of ``buf`` are
-    filtered again, in place.
+    Each chunk has ``buf.shape[1] // chunks`` slots (all its entries when gathering). ``gather``
+    reads the entries from ``z`` (first pass); otherwise the kept entries of ``buf`` are filtered
+    again, in place.
     """
     n, p = z.shape
     chunks = counts.shape[1]
@@ -194,12 +274,12 @@ def _keep_above(z, use_abs, gather, taus, buf, counts, sums):
         i = task // chunks
         c = task - i * chunks
         tau = taus[i]
-        b0 = c * SIMPLEX_CHUNK
+        b0 = c * (buf.shape[1] // chunks)
         kept = 0
         total = 0.0
         if gather:
             zi = z[i]
-            for j in range(b0, min(b0 + SIMPLEX_CHUNK, p)):
+            for j in range(c * SIMPLEX_CHUNK, min((c + 1) * SIMPLEX_CHUNK, p)):
                 y = abs(zi[j]) if use_abs else zi[j]
                 if y > tau:
                     buf[i, b0 + kept] = y
@@ -216,31 +296,95 @@ def _keep_above(z, use_abs, gather, taus, buf, counts, sums):
         sums[i, c] = total
 
 
-def _newton_thresholds(z, radius, use_abs, buf):
-    """Simplex thresholds of long rows by Michelot's (Newton's) method over parallel chunks.
+#: Entries sampled from each long row to bracket its threshold (see :func:`_sample_bracket`).
+SAMPLE = 1 << 14
+#: Slots per chunk for the entries inside the bracket (a few % of them for a sample of SAMPLE);
+#: a row whose chunk overflows its slots takes the safe path.
+BRACKET_SLOTS = SIMPLEX_CHUNK // 8
 
-    ``tau_{k+1} = (sum(y > tau_k) - radius) / count(y > tau_k)`` rises monotonically to the
-    threshold from any lower bound; entries at or below ``tau_k`` are dropped for good, so each
-    pass scans fewer candidates. Starts from ``max(max(y) - radius, (sum(y) - radius) / p)``.
-    Returns ``(tau, row_totals)``.
+
+def _sample_bracket(z, radius, use_abs):
+    """Per-row bounds ``lo <= tau <= hi`` that likely hold, from a strided sample of ``y = z`` (or ``|z|``).
+
+    The sample's own threshold (for the radius scaled to its size) estimates ``tau``; the bounds
+    are the sample's order statistics some standard deviations of its active count away on
+    either side. They are only likely, so the caller checks them.
     """
+    n, p = z.shape
+    stride = max(32, p // SAMPLE)  # at least 32: sorting the sample must stay cheap next to the pass
+    y = (np.abs(z[:, ::stride]) if use_abs else z[:, ::stride]).astype(np.float64)
+    y = -np.sort(-y, axis=1)  # descending; NaN rows end up NaN anyway (via their sums)
+    m = y.shape[1]
+    with np.errstate(invalid="ignore"):
+        active = (y * np.arange(1, m + 1) > np.cumsum(y, axis=1) - radius * m / p).sum(axis=1)
+    margin = (4 * np.sqrt(active) + 16).astype(np.int64)
+    big = np.finfo(np.float64).max  # not inf: 0 * bound must stay 0 in the checks
+    rows = np.arange(n)
+    lo = np.where(active + margin < m, y[rows, np.minimum(active + margin, m - 1)], -big)
+    hi = np.where(active - 1 - margin >= 0, y[rows, np.maximum(active - 1 - margin, 0)], big)
+    return lo, hi
+
+
+def _michelot(z, radius, use_abs, buf, counts, sums, base_count, base_sum):
+    """Michelot's (Newton's) iteration over the candidates kept in ``buf``, from a lower bound of ``tau``.
+
+    ``tau_{k+1} = (base_sum + sum(y > tau_k) - radius) / (base_count + count(y > tau_k))``, where
+    ``base_*`` accounts for entries known to be active; it rises monotonically to the threshold,
+    and entries at or below ``tau_k`` are dropped for good, so each pass scans fewer candidates.
+    """
+    size = counts.sum(axis=1)
+    while True:
+        tau = (base_sum + sums.sum(axis=1) - radius) / (base_count + size)
+        _keep_above(int(size.sum()), z, use_abs, False, tau, buf, counts, sums)
+        new_size = counts.sum(axis=1)
+        if np.array_equal(new_size, size):
+            return tau
+        size = new_size
+
+
+def _safe_thresholds(z, radius, use_abs):
+    """Thresholds of long rows from ``max(max(y) - radius, (sum(y) - radius) / p)``, always a lower bound."""
     n, p = z.shape
     chunks = (p + SIMPLEX_CHUNK - 1) // SIMPLEX_CHUNK
     sums, maxima = np.empty((n, chunks)), np.empty((n, chunks))
     _chunk_sums(z.size, z, use_abs, sums, maxima)
-    row_totals = sums.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tau = np.maximum(maxima.max(axis=1) - radius, (row_totals - radius) / p)
-        counts = np.empty((n, chunks), dtype=np.int64)
-        _keep_above(z.size, z, use_abs, True, tau, buf, counts, sums)
-        size = counts.sum(axis=1)
-        while True:
-            tau = (sums.sum(axis=1) - radius) / size
-            _keep_above(int(size.sum()), z, use_abs, False, tau, buf, counts, sums)
-            new_size = counts.sum(axis=1)
-            if np.array_equal(new_size, size):
-                return tau, row_totals
-            size = new_size
+    start = np.maximum(maxima.max(axis=1) - radius, (sums.sum(axis=1) - radius) / p)
+    counts = np.empty((n, chunks), dtype=np.int64)
+    buf = np.empty((n, chunks * SIMPLEX_CHUNK))
+    _keep_above(z.size, z, use_abs, True, start, buf, counts, sums)
+    return _michelot(z, radius, use_abs, buf, counts, sums, 0, 0.0)
+
+
+def _newton_thresholds(z, radius, use_abs):
+    """Simplex thresholds of long rows by Michelot's method over parallel chunks, in one pass over ``z``.
+
+    A sample brackets ``tau`` in ``[lo, hi]``; one pass keeps the few entries in that range (up
+    to BRACKET_SLOTS per chunk) and sums those above ``hi`` (all active). Where the bracket holds
+    (``f(lo) >= 0 >= f(hi)`` with ``f(t) = sum((y - t)+) - radius``) and the slots sufficed,
+    Newton passes over the kept entries finish from ``lo``; other rows start again from a safe
+    lower bound. Returns ``(tau, row_totals)``.
+    """
+    n, p = z.shape
+    chunks = (p + SIMPLEX_CHUNK - 1) // SIMPLEX_CHUNK
+    lo, hi = _sample_bracket(z, radius, use_abs)
+    counts, above_counts = np.empty((n, chunks), dtype=np.int64), np.empty((n, chunks))
+    sums, above_sums, totals = np.empty((n, chunks)), np.empty((n, chunks)), np.empty((n, chunks))
+    # Small, so that few fresh pages are touched (zeroing a large scratch array costs a pass).
+    buf = np.empty((n, chunks * BRACKET_SLOTS), z.dtype)
+    _split_chunks(z.size, z, use_abs, lo, hi, buf, counts, sums, above_counts, above_sums, totals)
+    row_totals = totals.sum(axis=1)
+    base_count, base_sum = above_counts.sum(axis=1), above_sums.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        holds = (base_sum - base_count * hi <= radius) & (
+            base_sum + sums.sum(axis=1) - (base_count + counts.sum(axis=1)) * lo >= radius
+        )
+        holds &= (counts <= BRACKET_SLOTS).all(axis=1)
+        np.minimum(counts, BRACKET_SLOTS, out=counts)
+        tau = _michelot(z, radius, use_abs, buf, counts, sums, base_count, base_sum)
+        missed = ~holds & np.isfinite(row_totals)
+        if missed.any():
+            tau[missed] = _safe_thresholds(np.ascontiguousarray(z[missed]), radius, use_abs)
+    return tau, row_totals
 
 
 @kernel
@@ -272,13 +416,12 @@ def _simplex_thresholds(z, radius, use_abs):
     Newton passes, whose cost does not grow with the radius as Condat's does.
     """
     n, p = z.shape
-    buf = np.empty((n, p))  # pages are touched only where candidates are written
     radius = float(radius)
     if p <= SIMPLEX_CHUNK:
-        tau, row_totals = np.empty(n), np.empty(n)
+        tau, row_totals, buf = np.empty(n), np.empty(n), np.empty((n, p))
         _condat_rows(z.size if n > 1 else 0, z, use_abs, radius, buf, tau, row_totals)
     else:
-        tau, row_totals = _newton_thresholds(z, radius, use_abs, buf)
+        tau, row_totals = _newton_thresholds(z, radius, use_abs)
     if use_abs:
         tau[row_totals <= radius] = 0.0  # already inside the l1 ball: the projection is the identity
     tau[~np.isfinite(row_totals)] = np.nan
