@@ -66,6 +66,7 @@ class Result:
     state: State
     seed: int | None
     metric_gamma: float
+    converged: bool = False
 
     @property
     def z(self) -> np.ndarray | None:
@@ -82,8 +83,8 @@ class DivergenceError(FloatingPointError):
 
 
 def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, backend=None, eval_every: int = 1,
-        x0=None, metric_gamma: float | None = None, progress: bool | None = None, callback=None,
-        **hyperparameters) -> Result:
+        x0=None, metric_gamma: float | None = None, tol: float | None = None, progress: bool | None = None,
+        callback=None, **hyperparameters) -> Result:
     """Run ``rounds`` rounds of ``algorithm`` on ``problem + regularizer`` and record the history.
 
     Parameters
@@ -106,6 +107,9 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     metric_gamma : float or None
         The prox parameter of the stationarity measures; default the method's ``gamma`` when it
         has one, else 1. Pass the same value to compare methods.
+    tol : float or None
+        Stop at the first evaluation where ``stationarity <= tol`` (``result.converged`` is then
+        True); None runs all ``rounds``.
     progress : bool or None
         A one-line progress report on stderr; default on for a terminal and at least 100 rounds.
     callback : callable or None
@@ -126,6 +130,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     method = algorithms.make(algorithm, **hyperparameters)
     rounds = _count("rounds", rounds, minimum=0)
     eval_every = _count("eval_every", eval_every, minimum=1)
+    if tol is not None and not (float(tol) >= 0 and math.isfinite(float(tol))):
+        raise ValueError(f"tol must be a finite number >= 0 or None, got {tol!r}")
     if backend is not None:
         problem = problem.on(backend)
     method.check(problem, regularizer)
@@ -159,13 +165,18 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             f"{method.name} diverged: {what}. Reduce the step sizes (lr_local, lr_server) or check the data; "
             "error.result holds the history so far.", result(last_finite))
 
-    def result(state):
-        return Result(problem.backend.to_numpy(state.x).copy(), history, method, state, seed, gamma)
+    def result(state, converged=False):
+        return Result(problem.backend.to_numpy(state.x).copy(), history, method, state, seed, gamma, converged)
+
+    def converged():
+        return tol is not None and history.rows[-1]["stationarity"] <= tol
 
     last_finite = state
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, once
         record(state)
         for t in range(1, rounds + 1):
+            if converged():
+                break
             state = method.round(state)
             if not bool(problem.backend.xp.isfinite(state.x).all()):
                 diverged(f"the model has NaN or inf entries after round {t}")
@@ -174,7 +185,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             last_finite = state
     if show:
         print(file=sys.stderr)
-    return result(state)
+    return result(state, converged())
 
 
 def _count(name, value, minimum):

@@ -207,3 +207,15 @@ def test_row_wise_regularizers_take_the_step_by_step_loop_on_every_backend():
                           lr_local=0.3, batch_size=8, seed=2) for b in ("numpy", "numba")]
     np.testing.assert_allclose(results[1].x, results[0].x, rtol=1e-10, atol=1e-12)
     assert np.count_nonzero(results[0].x) < results[0].x.size  # whole groups are zeroed
+
+
+def test_tol_stops_at_the_first_evaluation_below_it():
+    problem = regression()
+    kw = dict(rounds=500, local_steps=2, lr_local=0.05, batch_size=None, eval_every=5)
+    full = fedopt.run("fednmap", problem, L1(0.05), **kw)
+    stopped = fedopt.run("fednmap", problem, L1(0.05), tol=1e-6, **kw)
+    first = np.flatnonzero(full.history["stationarity"] <= 1e-6)[0]
+    assert stopped.converged and len(stopped.history) == first + 1
+    assert stopped.history["round"][-1] == full.history["round"][first] < 500
+    np.testing.assert_array_equal(stopped.history["stationarity"], full.history["stationarity"][: first + 1])
+    assert not fedopt.run("fednmap", problem, L1(0.05), tol=1e-30, rounds=3, lr_local=0.05).converged

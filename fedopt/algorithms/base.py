@@ -140,11 +140,11 @@ class Algorithm:
             kind, w = K.IDENTITY, xp.empty((0, 0), dtype=Z.dtype)
             thetas = np.zeros((self.local_steps, 1))
         else:
-            forms = [reg._elementwise(float(step), problem.backend, Z.dtype) for step in prox_steps]
-            if any(form is None for form in forms):  # a row-wise prox (group, simplex, ...): not fusable
+            forms = {step: reg._elementwise(float(step), problem.backend, Z.dtype) for step in set(prox_steps)}
+            if any(form is None for form in forms.values()):  # a row-wise prox (group, simplex, ...)
                 return False
-            kind, w = forms[0][0], forms[0][2]
-            thetas = np.stack([form[1] for form in forms])
+            kind, _, w = next(iter(forms.values()))
+            thetas = np.stack([forms[step][1] for step in prox_steps])
         D = xp.empty((0, 0), dtype=Z.dtype) if D is None else D
         return problem.fused_local_steps(rows, D, lr, kind, thetas, w, Z, P)
 

@@ -18,25 +18,17 @@ from fedopt.kernels.cpu.elementwise import _prox_block
 
 
 @inline
-def _sigmoid(t):
-    """``1 / (1 + exp(-t))`` without overflow."""
-    if t >= 0:
-        return 1 / (1 + math.exp(-t))
-    e = math.exp(t)
-    return e / (1 + e)
-
-
-@inline
-def _residual(kind, M, n_out, target):
-    """Replace the margins ``M[:n_out]`` of one sample by ``dloss/dM`` and return the sample's loss."""
+def _residual(kind, M, n_out, target, want_loss):
+    """Replace the margins ``M[:n_out]`` of one sample by ``dloss/dM``; return the sample's loss (0 unless ``want_loss``)."""
     if kind == LEAST_SQUARES:
         r = M[0] - target
         M[0] = r
         return 0.5 * r * r
     if kind == LOGISTIC:
         t = -target * M[0]
-        M[0] = -target * _sigmoid(t)
-        return max(t, 0) + math.log1p(math.exp(-abs(t)))  # log(1 + exp(t)), stable
+        e = math.exp(-abs(t))  # one exp serves the sigmoid and the loss, without overflow
+        M[0] = -target * (1 / (1 + e) if t >= 0 else e / (1 + e))
+        return max(t, 0) + math.log1p(e) if want_loss else 0.0  # log(1 + exp(t))
     code = int(target)  # SOFTMAX: loss = logsumexp(M) - M[code]
     picked = M[code]
     top = M[0]
@@ -48,13 +40,13 @@ def _residual(kind, M, n_out, target):
         total += M[c]
     for c in range(n_out):
         M[c] = M[c] / total - (1 if c == code else 0)
-    return math.log(total) + top - picked
+    return math.log(total) + top - picked if want_loss else 0.0
 
 
 @inline
 def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, kind, n_out, scale, fit_intercept, M,
-                 g, want_grad):
-    """Mean loss of one client over ``count`` rows, and its gradient into ``g`` when ``want_grad``.
+                 g, want_loss, want_grad):
+    """Mean loss of one client over ``count`` rows (when ``want_loss``), and its gradient into ``g`` (when ``want_grad``).
 
     The rows are ``rows[:count]`` (global indices) when ``rows`` is not empty, else the client's
     contiguous rows ``first, ..., first + count - 1``. ``X`` is dense when ``dense``, else
@@ -72,21 +64,21 @@ def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, k
         for c in range(n_out):
             s = zero
             if dense:
-                x = X[r]
+                x, coef = X[r], w[c * d : c * d + d]  # slices: plain induction indices vectorize
                 for j in range(d):
-                    s += x[j] * w[c * d + j]
+                    s += x[j] * coef[j]
             else:
                 for k in range(indptr[r], indptr[r + 1]):
                     s += data[k] * w[c * d + indices[k]]
             M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
-        total += _residual(kind, M, n_out, y[r])
+        total += _residual(kind, M, n_out, y[r], want_loss)
         if want_grad:
             for c in range(n_out):
                 step = M[c] * (scale * inv_count)
                 if dense:
-                    x = X[r]
+                    x, grad = X[r], g[c * d : c * d + d]
                     for j in range(d):
-                        g[c * d + j] += step * x[j]
+                        grad[j] += step * x[j]
                 else:
                     for k in range(indptr[r], indptr[r + 1]):
                         g[c * d + indices[k]] += step * data[k]
@@ -108,7 +100,7 @@ def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, offsets, W, rows
         M = np.empty(n_out + 1, dtype=W.dtype)
         g = grad_out[i] if want_grad else M
         loss = _client_pass(X, data, indices, indptr, dense, d, y, rows[i], first, count, w, kind, n_out, scale,
-                            fit_intercept, M, g, want_grad)
+                            fit_intercept, M, g, want_loss, want_grad)
         if want_loss:
             loss_out[i] = loss
 
@@ -129,7 +121,7 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kin
         z = Z[i]
         for step in range(steps):
             _client_pass(X, data, indices, indptr, dense, d, y, rows[step, i], first, count, P[i], kind, n_out, scale,
-                         fit_intercept, M, g, True)
+                         fit_intercept, M, g, False, True)
             if D.shape[0] > 0:
                 shift = D[i]
                 for j in range(p):
