@@ -56,7 +56,7 @@ def test_logistic_minibatch_gradient(kbench, pooled, dtype):
     np.testing.assert_allclose(grad, out, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=1e-7)
     elements = N_CLIENTS * BATCH * D
     kbench.record(elements, dtype, elements * np.dtype(dtype).itemsize, numpy_s=numpy_s,
-                  note="target >= 60% of streaming the rows")
+                  note="target >= 60% of streaming the rows", prox_targets=False)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
@@ -82,4 +82,4 @@ def test_mlp_minibatch_gradient(kbench, pooled, dtype):
                                        pct_gemm=round(gflops / gemm_gflops, 3))
     kbench.record(N_CLIENTS * BATCH * D, dtype, None,
                   note=f"{gflops:.1f} GFLOP/s = {100 * gflops / gemm_gflops:.0f}% of GEMM {gemm_gflops:.1f} "
-                       "(target >= 40%)")
+                       "(target >= 40%)", prox_targets=False)

@@ -177,6 +177,7 @@ class Row:
     copy_gbps: float | None
     numpy_s: float | None
     note: str = ""
+    prox_targets: bool = True
 
     @property
     def pct_copy(self):
@@ -188,7 +189,8 @@ class Row:
 
     @property
     def target(self) -> str:
-        if self.p < TARGET_P or self.gbps is None:
+        """The prox kernels' targets; other benchmarks state their own in ``note``."""
+        if not self.prox_targets or self.p < TARGET_P or self.gbps is None:
             return ""
         misses = []
         if self.pct_copy is not None and self.pct_copy < TARGET_PCT_COPY:
@@ -239,11 +241,13 @@ class KernelBench:
         note: str = "",
         copy_p: int | None = None,
         extra: dict | None = None,
+        prox_targets: bool = True,
     ):
         """Fill ``benchmark.extra_info`` and add a row to the summary table (nothing when disabled).
 
         ``nbytes`` None means no bandwidth figure (compute-bound operators). ``copy_p`` is the
-        number of elements of the copy baseline (default ``p``); ``extra`` goes to ``extra_info``.
+        number of elements of the copy baseline (default ``p``); ``extra`` goes to ``extra_info``;
+        ``prox_targets=False`` leaves the prox kernels' targets out of the table (state others in ``note``).
         """
         seconds = self.min_s
         if seconds is None:
@@ -266,7 +270,7 @@ class KernelBench:
             info.update(numpy_s=numpy_s, x_numpy=round(numpy_s / seconds, 3))
         if note:
             info["note"] = note
-        _ROWS.append(Row(self.name, int(p), dtype_tag(dtype), seconds, gbps, copy_gbps, numpy_s, note))
+        _ROWS.append(Row(self.name, int(p), dtype_tag(dtype), seconds, gbps, copy_gbps, numpy_s, note, prox_targets))
 
 
 @pytest.fixture
