@@ -149,6 +149,11 @@ class Algorithm:
         return problem.fused_local_steps(rows, D, lr, kind, thetas, w, Z, P)
 
     @staticmethod
+    def per_client(problem, v):
+        """An ``(n_clients, p)`` array with a copy of the vector ``v`` in every row."""
+        return problem.backend.xp.broadcast_to(v, (problem.n_clients, problem.n_params)).copy()
+
+    @staticmethod
     def start(problem, x0):
         """The initial model as an array of the problem's backend and dtype."""
         x = problem.init(0) if x0 is None else x0
@@ -161,3 +166,22 @@ class Algorithm:
 
     def replace(self, **changes):
         return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class LocalStepsMethod(Algorithm):
+    """A method whose clients take ``local_steps`` steps of size ``lr_local`` and whose server
+    moves by ``lr_server`` times the averaged displacement: the shared hyperparameters, and the
+    effective step ``eta_hat = lr_local * lr_server * local_steps``."""
+
+    positive: ClassVar[tuple[str, ...]] = ("lr_local", "lr_server")
+
+    local_steps: int = 10
+    lr_local: float = 0.1
+    lr_server: float = 1.0
+    batch_size: int | None = 32
+
+    @property
+    def effective_step(self) -> float:
+        """``eta_hat = eta_a * eta_s * Q``: how far the server moves per unit of averaged direction."""
+        return self.lr_local * self.lr_server * self.local_steps

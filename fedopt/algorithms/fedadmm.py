@@ -62,7 +62,7 @@ class FedADMM(Algorithm):
         problem = env.problem
         xp = problem.backend.xp
         center = z - self.gamma * lam  # the local objective is f_i(x) + ||x - center_i||^2 / (2 eta) + const
-        X = xp.broadcast_to(z, lam.shape).copy()
+        X = self.per_client(problem, z)
         G = xp.empty_like(X)
         for _ in range(self.local_steps):
             self.gradients(env, X, out=G)

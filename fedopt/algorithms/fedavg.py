@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Env, LocalStepsMethod, State
 
 
 @dataclass(frozen=True)
-class FedAvg(Algorithm):
+class FedAvg(LocalStepsMethod):
     """FedAvg with a server prox: local SGD on ``f_i`` only, then one prox of the averaged model.
 
     ``local_steps`` = Q (K), ``lr_local`` = eta_a (eta_l), ``lr_server`` = eta_s (eta_g),
@@ -24,16 +24,6 @@ class FedAvg(Algorithm):
     """
 
     name = "fedavg"
-    positive = ("lr_local", "lr_server")
-
-    local_steps: int = 10
-    lr_local: float = 0.1
-    lr_server: float = 1.0
-    batch_size: int | None = 32
-
-    @property
-    def effective_step(self) -> float:
-        return self.lr_local * self.lr_server * self.local_steps
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.effective_step, "lr_local * lr_server * local_steps (the server prox step)")
@@ -44,8 +34,7 @@ class FedAvg(Algorithm):
     def round(self, state: State) -> State:
         env, x_t = state.env, state.x
         problem = env.problem
-        xp = problem.backend.xp
-        X = xp.broadcast_to(x_t, (problem.n_clients, problem.n_params)).copy()
+        X = self.per_client(problem, x_t)
         self.local_loop(env, X, X, None, self.lr_local)
         averaged = x_t + self.lr_server * (problem.average(X) - x_t)
         costs = self.round_costs(problem, 0, 1, up=1, down=1)

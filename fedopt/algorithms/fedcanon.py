@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Env, LocalStepsMethod, State
 
 
 @dataclass(frozen=True)
-class FedCanon(Algorithm):
+class FedCanon(LocalStepsMethod):
     """FedCanon (Algorithm 1, eqs. (7a)-(7f)): plain local steps with a correction, one prox per round at the server.
 
     Hyperparameters and the paper's symbols: ``local_steps`` = K, ``lr_local`` = beta,
@@ -30,22 +30,11 @@ class FedCanon(Algorithm):
     """
 
     name = "fedcanon"
-    positive = ("lr_local", "lr_server")
     #: FedCanon II applies the server prox on every client (the server only relays Dbar).
     prox_on_clients = False
 
-    local_steps: int = 10
-    lr_local: float = 0.1
-    lr_server: float = 1.0
-    batch_size: int | None = 32
-
-    @property
-    def server_step(self) -> float:
-        """``alpha = eta_s * beta * K``."""
-        return self.lr_server * self.lr_local * self.local_steps
-
     def check(self, problem, regularizer):
-        regularizer.check_step(self.server_step, "lr_server * lr_local * local_steps (FedCanon's alpha)")
+        regularizer.check_step(self.effective_step, "lr_server * lr_local * local_steps (FedCanon's alpha)")
 
     def init(self, problem, regularizer, rng, x0=None):
         z = self.start(problem, x0)
@@ -55,12 +44,11 @@ class FedCanon(Algorithm):
     def round(self, state: State) -> State:
         env, z = state.env, state.x
         problem, c = env.problem, state.vars["c"]
-        xp = problem.backend.xp
-        X = xp.broadcast_to(z, c.shape).copy()
+        X = self.per_client(problem, z)
         self.local_loop(env, X, X, c, self.lr_local)
         delta = (z - X) / (self.lr_local * self.local_steps)
         delta_bar = problem.average(delta)
-        z_next = env.regularizer.prox(z - self.server_step * delta_bar, self.server_step)
+        z_next = env.regularizer.prox(z - self.effective_step * delta_bar, self.effective_step)
         if self.prox_on_clients:  # FedCanon II: Dbar goes down, each client applies the prox itself
             costs = self.round_costs(problem, 1, 0, up=1, down=1)
         else:  # Dbar and z^{t+1} go down

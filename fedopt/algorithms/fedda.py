@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Env, LocalStepsMethod, State
 
 
 @dataclass(frozen=True)
-class FedDA(Algorithm):
+class FedDA(LocalStepsMethod):
     """FedDualAvg with the Euclidean mirror map (FedCanon spec Sec. 3.5, as in the official code).
 
     Hyperparameters and the paper's symbols: ``local_steps`` = K, ``lr_local`` = eta_c (beta),
@@ -38,16 +38,10 @@ class FedDA(Algorithm):
     """
 
     name = "fedda"
-    positive = ("lr_local", "lr_server")
-
-    local_steps: int = 10
-    lr_local: float = 0.1
-    lr_server: float = 1.0
-    batch_size: int | None = 32
 
     def prox_weight(self, t: int, k: int = 0) -> float:
         """``a_t + eta_c k = eta_s eta_c K t + eta_c k``: the elapsed learning rate at local step k of round t."""
-        return self.lr_server * self.lr_local * self.local_steps * t + self.lr_local * k
+        return self.effective_step * t + self.lr_local * k
 
     def check(self, problem, regularizer):
         rho = regularizer.weak_convexity
@@ -64,20 +58,13 @@ class FedDA(Algorithm):
     def round(self, state: State) -> State:
         env, w, t = state.env, state.vars["dual"], state.round
         problem, reg = env.problem, env.regularizer
-        xp = problem.backend.xp
-        Y = xp.broadcast_to(w, (problem.n_clients, problem.n_params)).copy()
-        X = xp.empty_like(Y)
-        G = xp.empty_like(Y)
-        proxes = 0
-        for k in range(self.local_steps):
-            weight = self.prox_weight(t, k)
-            if weight > 0:
-                reg.prox(Y, weight, out=X)
-                proxes += 1
-            else:
-                X[...] = Y
-            self.gradients(env, X, out=G)
-            Y -= self.lr_local * G
+        Y = self.per_client(problem, w)
+        first = self.prox_weight(t, 0)  # 0 in the very first step: the prox is the identity there
+        X = reg.prox(Y, first) if first > 0 else Y.copy()
+        # y <- y - eta_c g(x), then x <- prox_{a_{t,k+1} phi}(y); the last x is not used
+        weights = [self.prox_weight(t, k) for k in range(1, self.local_steps + 1)]
+        self.local_loop(env, Y, X, None, self.lr_local, weights)
+        proxes = self.local_steps - (first == 0)
         w_next = w + self.lr_server * (problem.average(Y) - w)
         x_next = reg.prox(w_next, self.prox_weight(t + 1))
         costs = self.round_costs(problem, proxes, 1, up=1, down=1)

@@ -66,7 +66,7 @@ class FedDR(Algorithm):
 
     def init(self, problem, regularizer, rng, x0=None):
         x = self.start(problem, x0)
-        Y = problem.backend.xp.broadcast_to(x, (problem.n_clients, problem.n_params)).copy()
+        Y = self.per_client(problem, x)
         return State(Env(problem, regularizer, rng), regularizer.prox(x, self.gamma), x.copy(),
                      vars={"y": Y, "x_clients": Y.copy()})
 

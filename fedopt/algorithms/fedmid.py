@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Env, LocalStepsMethod, State
 
 
 @dataclass(frozen=True)
-class FedMiD(Algorithm):
+class FedMiD(LocalStepsMethod):
     """FedMiD with the Euclidean mirror map: proximal SGD on every client, a prox step at the server.
 
     Hyperparameters and the paper's symbols: ``local_steps`` = K, ``lr_local`` = eta_c (beta in
@@ -45,21 +45,10 @@ class FedMiD(Algorithm):
     """
 
     name = "fedmid"
-    positive = ("lr_local", "lr_server")
-
-    local_steps: int = 10
-    lr_local: float = 0.1
-    lr_server: float = 1.0
-    batch_size: int | None = 32
-
-    @property
-    def server_step(self) -> float:
-        """``alpha = eta_s * eta_c * K``, the server's step and prox weight."""
-        return self.lr_server * self.lr_local * self.local_steps
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.lr_local, "lr_local (FedMiD's local prox step)")
-        regularizer.check_step(self.server_step, "lr_server * lr_local * local_steps (FedMiD's server prox step)")
+        regularizer.check_step(self.effective_step, "lr_server * lr_local * local_steps (FedMiD's server prox step)")
 
     def init(self, problem, regularizer, rng, x0=None):
         return State(Env(problem, regularizer, rng), self.start(problem, x0))
@@ -67,14 +56,10 @@ class FedMiD(Algorithm):
     def round(self, state: State) -> State:
         env, z = state.env, state.x
         problem, reg = env.problem, env.regularizer
-        xp = problem.backend.xp
-        X = xp.broadcast_to(z, (problem.n_clients, problem.n_params)).copy()
-        G = xp.empty_like(X)
-        for _ in range(self.local_steps):
-            self.gradients(env, X, out=G)
-            X -= self.lr_local * G
-            reg.prox(X, self.lr_local, out=X)
+        X = self.per_client(problem, z)
+        # x_i <- prox_{eta_c phi}(x_i - eta_c g_i(x_i)): the pre-prox and post-prox iterates share X
+        self.local_loop(env, X, X, None, self.lr_local, [self.lr_local] * self.local_steps)
         delta_bar = problem.average((z - X) / (self.lr_local * self.local_steps))
-        z_next = reg.prox(z - self.server_step * delta_bar, self.server_step)
+        z_next = reg.prox(z - self.effective_step * delta_bar, self.effective_step)
         costs = self.round_costs(problem, self.local_steps, 1, up=1, down=1)
         return replace(state, x=z_next, round=state.round + 1, costs=state.costs + costs)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Env, LocalStepsMethod, State
 
 
 @dataclass(frozen=True)
-class FedNMap(Algorithm):
+class FedNMap(LocalStepsMethod):
     """FedNMap (Algorithm 1, eqs. (4)-(7)).
 
     Hyperparameters and the paper's symbols: ``local_steps`` = Q, ``lr_local`` = eta_a,
@@ -33,16 +33,7 @@ class FedNMap(Algorithm):
     name = "fednmap"
     positive = ("lr_local", "lr_server", "gamma")
 
-    local_steps: int = 10
-    lr_local: float = 0.1
-    lr_server: float = 1.0
     gamma: float = 4.0
-    batch_size: int | None = 32
-
-    @property
-    def effective_step(self) -> float:
-        """``eta_hat = eta_a * eta_s * Q``."""
-        return self.lr_local * self.lr_server * self.local_steps
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.gamma, "gamma")
@@ -57,9 +48,8 @@ class FedNMap(Algorithm):
         env = state.env
         problem, reg = env.problem, env.regularizer
         z_t, x_t, c = state.z, state.x, state.vars["c"]
-        xp = problem.backend.xp
-        Z = xp.broadcast_to(z_t, c.shape).copy()
-        X = xp.broadcast_to(x_t, c.shape).copy()
+        Z = self.per_client(problem, z_t)
+        X = self.per_client(problem, x_t)
         shift = c + (z_t - x_t) / self.gamma  # c_i plus the round-start normal-map term
         self.local_loop(env, Z, X, shift, self.lr_local, [self.gamma] * self.local_steps)
         Y = (z_t - Z) / (self.lr_local * self.local_steps)

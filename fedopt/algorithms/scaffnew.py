@@ -84,7 +84,7 @@ class Scaffnew(Algorithm):
             steps = int(env.rng.geometric(self.comm_prob))
         else:
             steps = int(round(self.expected_local_steps))
-        X = xp.broadcast_to(x_t, e.shape).copy()
+        X = self.per_client(problem, x_t)
         G = xp.empty_like(X)
         for _ in range(steps):
             self.gradients(env, X, out=G)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Env, LocalStepsMethod, State
 
 
 @dataclass(frozen=True)
-class Scaffold(Algorithm):
+class Scaffold(LocalStepsMethod):
     """SCAFFOLD with option-II control variates (FedNMap paper, App. A.2, eqs. (35)-(37)).
 
     ``local_steps`` = Q (K in the original), ``lr_local`` = eta_a (eta_l), ``lr_server`` = eta_s
@@ -20,12 +20,6 @@ class Scaffold(Algorithm):
     """
 
     name = "scaffold"
-    positive = ("lr_local", "lr_server")
-
-    local_steps: int = 10
-    lr_local: float = 0.1
-    lr_server: float = 1.0
-    batch_size: int | None = 32
 
     def check(self, problem, regularizer):
         if type(regularizer).__name__ != "Zero":
@@ -42,8 +36,7 @@ class Scaffold(Algorithm):
         env, x_t = state.env, state.x
         problem = env.problem
         c, c_clients = state.vars["c"], state.vars["c_clients"]
-        xp = problem.backend.xp
-        X = xp.broadcast_to(x_t, c_clients.shape).copy()
+        X = self.per_client(problem, x_t)
         self.local_loop(env, X, X, c - c_clients, self.lr_local)
         c_new = c_clients - c + (x_t - X) / (self.lr_local * self.local_steps)
         x_next = x_t + self.lr_server * (problem.average(X) - x_t)

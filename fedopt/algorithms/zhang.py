@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Env, LocalStepsMethod, State
 
 
 @dataclass(frozen=True)
-class Zhang(Algorithm):
+class Zhang(LocalStepsMethod):
     """Zhang et al. (2024a), eqs. (30)-(34) of the FedNMap paper (the baseline "Zhang" of its figures).
 
     ``local_steps`` = Q, ``lr_local`` = eta_a, ``lr_server`` = eta_s, ``batch_size`` as in
@@ -23,16 +23,6 @@ class Zhang(Algorithm):
     """
 
     name = "zhang"
-    positive = ("lr_local", "lr_server")
-
-    local_steps: int = 10
-    lr_local: float = 0.1
-    lr_server: float = 1.0
-    batch_size: int | None = 32
-
-    @property
-    def effective_step(self) -> float:
-        return self.lr_local * self.lr_server * self.local_steps
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.effective_step, "lr_local * lr_server * local_steps (Zhang's prox step)")
@@ -47,8 +37,7 @@ class Zhang(Algorithm):
     def round(self, state: State) -> State:
         env, x_t, c = state.env, state.x, state.vars["c"]
         problem, reg = env.problem, env.regularizer
-        xp = problem.backend.xp
-        Z = xp.broadcast_to(x_t, c.shape).copy()
+        Z = self.per_client(problem, x_t)
         X = Z.copy()
         # x_i^{l+1} = prox_{(l+1) eta_a phi}(z_i^{l+1}); the last one is never used
         self.local_loop(env, Z, X, c, self.lr_local, [(l + 1) * self.lr_local for l in range(self.local_steps)])
