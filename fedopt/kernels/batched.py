@@ -11,7 +11,7 @@ backend both functions.
 from __future__ import annotations
 
 from fedopt.kernels import SOFTMAX
-from fedopt.kernels.reference import array_module, loss_residual, sigmoid
+from fedopt.kernels.reference import array_module, loss_residual
 
 
 def _blocks(X, y, offsets, rows, dtype, scale):
@@ -29,6 +29,14 @@ def _blocks(X, y, offsets, rows, dtype, scale):
 def _features(X_block, dtype, scale):
     X_block = X_block if X_block.dtype == dtype else X_block.astype(dtype)
     return X_block * dtype.type(scale) if scale != 1 else X_block
+
+
+def _sigmoid_inplace(xp, A):
+    """``A <- 1 / (1 + exp(-A)) = (1 + tanh(A / 2)) / 2``: one transcendental per entry, no overflow."""
+    A *= 0.5
+    xp.tanh(A, out=A)
+    A *= 0.5
+    A += 0.5
 
 
 def _params(W, clients):
@@ -59,13 +67,14 @@ def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, los
 def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):
     """Batched :func:`fedopt.kernels.reference.mlp_oracle`: each layer, forward and backward, is one ``matmul``."""
     d, h, k = X.shape[1], n_hidden, n_classes
+    xp = array_module(W)
     for clients, Xb, yb in _blocks(X, y, offsets, rows, W.dtype, scale):
         w = _params(W, clients)
         W1, b1 = w[:, : h * d].reshape(-1, h, d), w[:, None, h * d : h * d + h]
         W2, b2 = w[:, h * d + h : h * d + h + k * h].reshape(-1, k, h), w[:, None, h * d + h + k * h :]
-        A = Xb @ W1.transpose(0, 2, 1)
-        A += b1
-        H = sigmoid(A)
+        H = Xb @ W1.transpose(0, 2, 1)
+        H += b1
+        _sigmoid_inplace(xp, H)
         loss, dO = loss_residual(H @ W2.transpose(0, 2, 1) + b2, yb, SOFTMAX)
         dO /= Xb.shape[1]
         if len(loss_out):
@@ -74,7 +83,8 @@ def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, gra
             dA = dO @ W2
             dA *= H * (1 - H)
             c = grad_out[clients]  # a view: a slice of rows
-            c[:, : h * d] = (dA.transpose(0, 2, 1) @ Xb).reshape(-1, h * d)
+            # the largest product goes straight into the gradient (no 80 MB temporary per call)
+            xp.matmul(dA.transpose(0, 2, 1), Xb, out=c[:, : h * d].reshape(-1, h, d))
             c[:, h * d : h * d + h] = dA.sum(axis=1)
             c[:, h * d + h : h * d + h + k * h] = (dO.transpose(0, 2, 1) @ H).reshape(-1, k * h)
             c[:, h * d + h + k * h :] = dO.sum(axis=1)
