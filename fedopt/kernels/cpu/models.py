@@ -44,6 +44,38 @@ def _residual(kind, M, n_out, target, want_loss):
 
 
 @inline
+def _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv_count, want_loss, want_grad):
+    """Two dense rows at once: two independent streams keep more memory reads in flight.
+
+    ``M[:n_out]`` and ``M[n_out:2 n_out]`` hold the two rows' margins, then their residuals.
+    Returns the sum of the two losses.
+    """
+    zero = scale - scale
+    x1, x2 = X[r1], X[r2]
+    M1, M2 = M[:n_out], M[n_out : 2 * n_out]
+    for c in range(n_out):
+        coef = w[c * d : c * d + d]  # slices: plain induction indices vectorize
+        s1 = zero
+        s2 = zero
+        for j in range(d):
+            s1 += x1[j] * coef[j]
+            s2 += x2[j] * coef[j]
+        bias = w[n_out * d + c] if fit_intercept else zero
+        M1[c] = s1 * scale + bias
+        M2[c] = s2 * scale + bias
+    loss = _residual(kind, M1, n_out, y[r1], want_loss) + _residual(kind, M2, n_out, y[r2], want_loss)
+    if want_grad:
+        for c in range(n_out):
+            a1, a2 = M1[c] * (scale * inv_count), M2[c] * (scale * inv_count)
+            grad = g[c * d : c * d + d]
+            for j in range(d):
+                grad[j] += a1 * x1[j] + a2 * x2[j]
+            if fit_intercept:
+                g[n_out * d + c] += (M1[c] + M2[c]) * inv_count
+    return loss
+
+
+@inline
 def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, kind, n_out, scale, fit_intercept, M,
                  g, want_loss, want_grad):
     """Mean loss of one client over ``count`` rows (when ``want_loss``), and its gradient into ``g`` (when ``want_grad``).
@@ -51,20 +83,29 @@ def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, k
     The rows are ``rows[:count]`` (global indices) when ``rows`` is not empty, else the client's
     contiguous rows ``first, ..., first + count - 1``. ``X`` is dense when ``dense``, else
     ``data, indices, indptr`` hold CSR rows; ``d`` is the number of features. ``M`` is scratch
-    of length ``n_out + 1``. Each row is read once for its margins and its gradient share.
+    of length ``2 n_out + 1``. Each row is read once for its margins and its gradient share;
+    dense rows go in pairs.
     """
-    M[n_out] = 1 / count
-    inv_count = M[n_out]  # 1/count in the parameters' dtype: float32 stays float32 below
+    M[2 * n_out] = 1 / count
+    inv_count = M[2 * n_out]  # 1/count in the parameters' dtype: float32 stays float32 below
     zero = scale - scale
     if want_grad:
         g[:] = zero
     total = 0.0
-    for t in range(count):
+    t = 0
+    if dense:
+        while t + 1 < count:
+            r1 = rows[t] if rows.shape[0] > 0 else first + t
+            r2 = rows[t + 1] if rows.shape[0] > 0 else first + t + 1
+            total += _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv_count, want_loss,
+                                 want_grad)
+            t += 2
+    for t in range(t, count):  # CSR rows, or the last dense row of an odd count
         r = rows[t] if rows.shape[0] > 0 else first + t
         for c in range(n_out):
             s = zero
             if dense:
-                x, coef = X[r], w[c * d : c * d + d]  # slices: plain induction indices vectorize
+                x, coef = X[r], w[c * d : c * d + d]
                 for j in range(d):
                     s += x[j] * coef[j]
             else:
@@ -97,7 +138,7 @@ def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, offsets, W, rows
         w = W[0] if W.shape[0] == 1 else W[i]
         first = offsets[i]
         count = rows.shape[1] if rows.shape[1] > 0 else offsets[i + 1] - first
-        M = np.empty(n_out + 1, dtype=W.dtype)
+        M = np.empty(2 * n_out + 1, dtype=W.dtype)
         g = grad_out[i] if want_grad else M
         loss = _client_pass(X, data, indices, indptr, dense, d, y, rows[i], first, count, w, kind, n_out, scale,
                             fit_intercept, M, g, want_loss, want_grad)
@@ -116,7 +157,7 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kin
     for i in prange(n):
         first = offsets[i]
         count = rows.shape[2] if rows.shape[2] > 0 else offsets[i + 1] - first
-        M = np.empty(n_out + 1, dtype=Z.dtype)
+        M = np.empty(2 * n_out + 1, dtype=Z.dtype)
         g = np.empty(p, dtype=Z.dtype)
         z = Z[i]
         for step in range(steps):
