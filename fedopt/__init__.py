@@ -14,7 +14,7 @@ from fedopt.run import run
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("algorithms", "datasets", "kernels", "metrics", "problems", "regularizers")
+_SUBMODULES = ("algorithms", "datasets", "estimators", "kernels", "metrics", "problems", "regularizers")
 
 __all__ = ["__version__", "available_backends", "get_backend", "run", *_SUBMODULES]
 

@@ -626,3 +626,75 @@ def make(name: str, **params) -> Regularizer:
     except TypeError as exc:
         accepted = [f.name for f in fields(cls) if f.init]
         raise ValueError(f"{exc}; {cls.__name__} accepts {accepted or 'no parameters'}") from None
+
+
+@dataclass(frozen=True, eq=False)
+class Masked(Regularizer):
+    """``phi(x) = base(x[mask])``: ``base`` on the coordinates where ``mask`` is True, nothing on the others.
+
+    Leaves some coordinates unpenalized, e.g. the intercepts of a linear model
+    (``mask = [True] * (n_out * d) + [False] * n_out``) whatever the base regularizer (elastic
+    net, MCP, SCAD, ...). ``mask`` is a boolean vector of length ``p``. prox: ``x[mask] =
+    prox_{step * base}(z[mask])`` and ``x[~mask] = z[~mask]`` (phi is separable across the two
+    blocks). ``weak_convexity``, and so :meth:`check_step`, are those of ``base``. A separable
+    ``base`` whose prox is a plain soft-threshold (``L1``, ``ElasticNet`` with ``l2 = 0``) or the
+    identity keeps the fused elementwise kernels (as a weighted soft-threshold with weight 0 off
+    the mask); any other base runs its own prox on the masked columns.
+    """
+
+    base: Any = None
+    mask: Any = None
+    name: ClassVar[str] = "masked"
+
+    def __post_init__(self):
+        if not isinstance(self.base, Regularizer):
+            raise TypeError(f"base must be a fedopt regularizer, got {type(self.base).__name__}")
+        mask = np.asarray(self.mask)
+        if mask.ndim != 1 or mask.dtype != np.bool_:
+            raise ValueError("mask must be a 1-D boolean array, True where the base regularizer applies")
+        mask = mask.copy()
+        mask.setflags(write=False)
+        object.__setattr__(self, "mask", mask)
+
+    @property
+    def weak_convexity(self):
+        return self.base.weak_convexity
+
+    def _check_dimension(self, p):
+        if len(self.mask) != p:
+            raise ValueError(f"mask has length {len(self.mask)} but the vectors have p={p} coordinates")
+        self.base._check_dimension(int(self.mask.sum()))
+
+    def _values(self, x, tol):
+        return self.base._values(x[:, self.mask], tol)
+
+    def _elementwise(self, step, backend, dtype):
+        form = self.base._elementwise(step, backend, dtype)
+        if form is None:
+            return None
+        kind, theta, w = form
+        if kind == K.IDENTITY:
+            return form
+        if kind == K.SOFT and theta[1] == 1.0:  # theta[0] holds the whole threshold
+            base_weights = 1.0
+        elif kind == K.SOFT_WEIGHTED and theta[1] == 1.0:
+            base_weights = self.base.weights
+        else:  # a scaled or non-soft elementwise prox: run the base prox on the masked columns
+            return None
+        return K.SOFT_WEIGHTED, theta, self._on_backend(backend, dtype, "mask_weights",
+                                                         lambda: self._scatter(base_weights))
+
+    def _scatter(self, values):
+        """``values`` on the masked coordinates and 0 elsewhere, as a ``(1, p)`` weight row."""
+        full = np.zeros(len(self.mask))
+        full[self.mask] = values
+        return full[None, :]
+
+    def _prox_rows(self, backend, z, step, out):
+        index = self._on_backend(backend, np.int64, "index", lambda: np.flatnonzero(self.mask))
+        penalized = self.base.prox(z[:, index], step, backend=backend)
+        out[...] = z
+        out[:, index] = penalized
+
+
+REGULARIZERS[Masked.name] = Masked

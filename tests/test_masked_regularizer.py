@@ -1,0 +1,135 @@
+"""``Masked(base, mask)``: the base regularizer on some coordinates, nothing on the others."""
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import fedopt
+from fedopt import regularizers as R
+from fedopt.datasets import partition
+from fedopt.problems import Logistic
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+BASES = [R.L1(0.3), R.L1(0.3, weights=[1.0, 0.5, 2.0, 0.0]), R.ElasticNet(0.2, 0.7), R.ElasticNet(0.2, 0.0),
+         R.MCP(0.4, gamma=3.0), R.SCAD(0.4), R.GroupLasso(0.3, groups=2), R.Zero()]
+MASK = np.array([True, False, True, True, False, True])  # 4 penalized coordinates, 2 free
+
+batches = hnp.arrays(np.float64, st.sampled_from([(6,), (1, 6), (3, 6)]),
+                     elements=st.floats(-4, 4, allow_nan=False, allow_subnormal=False))
+steps = st.floats(0.01, 1.9)  # below 1 / rho of every weakly convex base above
+
+
+@pytest.mark.parametrize("base", BASES, ids=lambda b: type(b).__name__)
+@SETTINGS
+@given(z=batches, step=steps)
+def test_prox_is_the_base_prox_on_the_mask_and_the_identity_elsewhere(base, z, step):
+    reg = R.Masked(base, MASK)
+    x = reg.prox(z, step)
+    rows, out = np.atleast_2d(z), np.atleast_2d(x)
+    np.testing.assert_array_equal(out[:, ~MASK], rows[:, ~MASK])
+    np.testing.assert_allclose(out[:, MASK], base.prox(rows[:, MASK], step), rtol=0, atol=1e-12)
+    reference = reg.prox(z, step, backend="numpy")  # the NumPy reference kernels
+    np.testing.assert_allclose(x, reference, rtol=0, atol=1e-12)
+    assert reg.value(z) == pytest.approx(base.value(rows[:, MASK]) if z.ndim == 2 else base.value(z[MASK]))
+
+
+@pytest.mark.parametrize("base", [R.L1(0.3), R.ElasticNet(0.2, 0.7), R.GroupLasso(0.3, groups=2)],
+                         ids=lambda b: type(b).__name__)
+@SETTINGS
+@given(z=hnp.arrays(np.float64, 6, elements=st.floats(-4, 4, allow_nan=False, allow_subnormal=False)), step=steps,
+       seed=st.integers(0, 2**32 - 1))
+def test_prox_minimises_the_moreau_objective(base, z, step, seed):
+    """Convex base: ``x = prox(z)`` minimises ``phi(u) + ||u - z||^2 / (2 step)``, free coordinates included."""
+    reg = R.Masked(base, MASK)
+    x = reg.prox(z, step)
+
+    def objective(u):
+        return reg.value(u) + np.sum((u - z) ** 2) / (2 * step)
+
+    rng = np.random.default_rng(seed)
+    best = objective(x)
+    for scale in (1e-3, 1e-1, 1.0):
+        for u in x + scale * rng.normal(size=(20, 6)):
+            assert objective(u) >= best - 1e-10
+    # Moreau: prox_{step phi}(z) + step prox_{phi*/step}(z/step) = z, and the conjugate part is
+    # in d phi(x); for L1 on the mask: |z - x| <= step lam on the penalized coordinates
+    if isinstance(base, R.L1):
+        assert np.all(np.abs((z - x)[MASK]) <= step * base.lam + 1e-12)
+        assert np.all((z - x)[~MASK] == 0)
+
+
+def test_weak_convexity_and_step_checks_are_the_base_ones():
+    reg = R.Masked(R.MCP(0.1, gamma=2.0), MASK)
+    assert reg.weak_convexity == 0.5
+    assert reg.check_step(1.5) == 1.5
+    with pytest.raises(ValueError, match="needs step \\* rho < 1"):
+        reg.prox(np.zeros(6), 2.0)
+    assert R.Masked(R.L1(1.0), MASK).weak_convexity == 0.0
+
+
+def test_soft_thresholds_keep_the_fused_kernels_and_other_bases_run_row_wise():
+    backend = fedopt.get_backend("numba")
+    weighted = np.zeros(6)
+    weighted[MASK] = [1.0, 0.5, 2.0, 0.0]
+    for base, threshold, weights in ((R.L1(0.3), 0.15, MASK * 1.0), (R.ElasticNet(0.2, 0.0), 0.1, MASK * 1.0),
+                                     (R.L1(0.3, weights=[1.0, 0.5, 2.0, 0.0]), 0.15, weighted)):
+        kind, theta, w = R.Masked(base, MASK)._elementwise(0.5, backend, np.float64)
+        assert kind == fedopt.kernels.SOFT_WEIGHTED and theta[0] == pytest.approx(threshold)
+        np.testing.assert_array_equal(w, weights[None, :])
+    for base in (R.ElasticNet(0.2, 0.7), R.MCP(0.4), R.SCAD(0.4), R.GroupLasso(0.3, groups=2)):
+        assert R.Masked(base, MASK)._elementwise(0.5, backend, np.float64) is None
+
+
+@pytest.mark.parametrize("base", [R.L1(0.05), R.ElasticNet(0.05, 0.2), R.MCP(0.05)], ids=lambda b: type(b).__name__)
+def test_fednmap_with_a_masked_regularizer_walks_the_same_path_on_every_loop_and_backend(base, monkeypatch):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5))
+    y = (X @ rng.normal(size=5) + rng.normal(size=200) > 0).astype(int)
+
+    def problem(backend):
+        return Logistic(partition(X, y, 4, "sorted"), weights="samples", fit_intercept=True, backend=backend)
+
+    reg = R.Masked(base, np.array([True] * 5 + [False]))
+    kw = dict(rounds=4, local_steps=3, lr_local=0.3, gamma=1.0, batch_size=8, seed=5)
+    fused = fedopt.run("fednmap", problem("numba"), reg, **kw)
+    reference = fedopt.run("fednmap", problem("numpy"), reg, **kw)
+    stepwise_problem = problem("numba")
+    monkeypatch.setattr(stepwise_problem, "fused_local_steps", lambda *args: False)
+    stepwise = fedopt.run("fednmap", stepwise_problem, reg, **kw)
+    np.testing.assert_allclose(fused.x, reference.x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(stepwise.x, reference.x, rtol=1e-10, atol=1e-12)
+    assert fused.x[-1] != 0  # the intercept is free
+
+
+def test_normal_map_step_of_a_row_wise_base():
+    reg = R.Masked(R.ElasticNet(0.2, 0.7), MASK)
+    rng = np.random.default_rng(3)
+    z, g, z_ref, x_ref = rng.normal(size=(3, 6)), rng.normal(size=(3, 6)), rng.normal(size=6), rng.normal(size=6)
+    z_new, x_new = reg.normal_map_step(z, g, z_ref, x_ref, lr=0.1, gamma=0.5)
+    expected = z - 0.1 * (g + (z_ref - x_ref) / 0.5)
+    np.testing.assert_allclose(z_new, expected, atol=1e-14)
+    np.testing.assert_allclose(x_new, reg.prox(expected, 0.5), atol=1e-14)
+
+
+def test_construction_equality_pickling_and_errors():
+    reg = R.Masked(R.ElasticNet(0.2, 0.7), MASK)
+    assert reg == R.Masked(R.ElasticNet(0.2, 0.7), MASK.copy())
+    assert reg != R.Masked(R.ElasticNet(0.2, 0.7), ~MASK)
+    assert reg != R.Masked(R.ElasticNet(0.3, 0.7), MASK)
+    assert hash(reg) == hash(R.Masked(R.ElasticNet(0.2, 0.7), MASK.copy()))
+    assert pickle.loads(pickle.dumps(reg)) == reg
+    assert R.make("masked", base=R.L1(1.0), mask=[True, False]) == R.Masked(R.L1(1.0), np.array([True, False]))
+    assert "masked" in R.available()
+    with pytest.raises(ValueError, match="mask must be a 1-D boolean array"):
+        R.Masked(R.L1(1.0), [1, 0, 1])
+    with pytest.raises(TypeError, match="base must be a fedopt regularizer"):
+        R.Masked("l1", MASK)
+    with pytest.raises(ValueError, match="mask has length 6 but the vectors have p=5"):
+        reg.prox(np.zeros(5), 1.0)
+    with pytest.raises(ValueError, match="weights has length 4 but the vectors have p=3"):
+        R.Masked(R.L1(1.0, weights=[1.0, 1.0, 1.0, 1.0]), np.array([True, True, True, False])).prox(np.zeros(4), 1.0)
