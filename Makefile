@@ -11,13 +11,15 @@ $(BIN)/python:
 
 # Stamp files record what is installed, so a second `make` goes straight to the work.
 $(VENV)/.core: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) -e '.[plot]'
 	@touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[test]'
 	@touch $@
 
+# The FedNMap linear-speedup sweep on the bundled digits into results/demo.db, then its report
+# (slopes printed, figures in results/demo_report/). `fedopt demo --quick` is the short tour.
 demo: $(VENV)/.core
 	$(BIN)/python -m fedopt demo
 

@@ -1,4 +1,4 @@
-"""The command line: `fedopt list` and the demo that `make demo` runs."""
+"""The command line: `fedopt list` and `fedopt demo --quick` (the sweep behind `make demo` is tested in test_sweep)."""
 
 import pytest
 
@@ -15,7 +15,7 @@ def test_list_names_every_regularizer(capsys):
 
 @pytest.mark.slow
 def test_demo_trains_federated_models_and_reproduces_the_lasso(capsys):
-    assert main(["demo", "--backend", "numba"]) == 0
+    assert main(["demo", "--quick", "--backend", "numba"]) == 0
     printed = capsys.readouterr().out
     rows = {line.split()[0]: line.split() for line in printed.splitlines() if line.strip().split()[:1] in
             [[name] for name in ("fednmap", "zhang", "fedcanon", "fedavg")]}

@@ -1,0 +1,24 @@
+"""Sweeps: expand a grid of runs from a TOML file, execute them, keep every result, report.
+
+* :mod:`fedopt.sweep.config`: the TOML schema, validation (errors name the key and the line),
+  expressions such as ``lr_local = "1/Q"``, and the expansion into runs keyed by a hash.
+* :mod:`fedopt.sweep.store`: the SQLite store, one committed row per finished run.
+* :mod:`fedopt.sweep.execute`: serial, local process-pool and Dask executors.
+* :mod:`fedopt.sweep.report`: tables over seeds, PNG figures, fitted slopes.
+
+>>> from fedopt import sweep
+>>> exp = sweep.load_experiment("speedup_demo")            # or a path to a TOML file
+>>> with sweep.Store("results/demo.db") as store:           # doctest: +SKIP
+...     print(sweep.run_sweep(exp, store, workers=2))
+...     sweep.report(store, out="results/demo_report")
+"""
+
+from fedopt.sweep.config import (ConfigError, Experiment, RunSpec, builtin_experiments, evaluate_expression,
+                                 load_experiment, parse_experiment)
+from fedopt.sweep.execute import SweepSummary, execute_run, run_sweep
+from fedopt.sweep.report import fit_slope, report
+from fedopt.sweep.store import Store
+
+__all__ = ["ConfigError", "Experiment", "RunSpec", "Store", "SweepSummary", "builtin_experiments",
+           "evaluate_expression", "execute_run", "fit_slope", "load_experiment", "parse_experiment", "report",
+           "run_sweep"]

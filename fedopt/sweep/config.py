@@ -1,0 +1,759 @@
+"""Experiments as TOML files: loading, validation with line numbers, and expansion into runs.
+
+An experiment file has three kinds of tables::
+
+    [experiment]                 # what it is; which values come from the paper, which are ours
+    name = "fednmap-speedup"
+    title = "FedNMap linear speedup (Figs. 3 and 4)"
+    from_paper = ["eta_s = 1", "gamma = 4", ...]
+    defaults = ["hidden width 32 (the paper gives none)", ...]
+
+    [run]                        # one run; every grid point starts from it
+    rounds = 200
+    eval_every = 10
+    seeds = [0, 1, 2]            # the trials: run seeds (minibatches and the initial model)
+    metric_gamma = 4.0           # gamma inside ||F_nat||^2, the same for every method
+    backend = "auto"
+
+    [run.dataset]                # a loader of fedopt.datasets and its options
+    name = "digits"              # digits, mnist, svmlight, sparse_regression, classification,
+    partition = "sorted"         # fedprox_synthetic, mnist_like
+    n_clients = 20
+    seed = 0                     # the partition's seed: the same partition in every trial
+
+    [run.problem]                # a class of fedopt.problems.PROBLEMS and its options
+    name = "mlp"
+    hidden = 32
+
+    [run.regularizer]            # fedopt.regularizers.make(name, **params)
+    name = "elasticnet"
+    l1 = 1e-3
+    l2 = 2e-2
+
+    [run.algorithm]              # fedopt.algorithms.make(name, **hyperparameters)
+    name = "fednmap"
+    local_steps = 10
+    lr_local = "1/Q"             # an expression, see below
+    gamma = 4.0
+
+    [run.algorithm.fedcanon]     # optional: hyperparameters for one method only (override the shared ones)
+    lr_server = 1.0
+
+    [[grid]]                     # one figure: the product of its axes (a list each), times the seeds
+    name = "speedup-n"
+    title = "Fig. 3: final stationarity against n"
+    "dataset.n_clients" = [10, 20, 30, 50, 100]
+    "algorithm.lr_local" = [0.1]
+    lines = "dataset.n_clients"  # optional: the key that tells the curves apart in the plots
+    slope = "dataset.n_clients"  # optional: fit log(final stationarity) against log(this key)
+    paper_slope = -1.436         # optional: the paper's value, printed next to ours
+
+Grid keys are paths below ``[run]`` (``"algorithm.name"``, ``"regularizer.lam"``,
+``"rounds"``, ``"params.alpha"``). An experiment without ``[[grid]]`` is one configuration times
+its seeds. The sweep is the union of all grids; points that resolve to the same run share it.
+
+**Shared and per-method hyperparameters.** A key of ``[run.algorithm]`` applies to every method
+of the experiment that has a hyperparameter of that name (``gamma = 4`` reaches FedNMap, not
+Zhang, which has none); a key that none of the experiment's methods has is refused. A sub-table
+``[run.algorithm.METHOD]`` sets hyperparameters of that method only, and refuses names it lacks.
+
+**Expressions.** A numeric hyperparameter, regularizer parameter or ``metric_gamma`` may be a
+string holding a small arithmetic expression: numbers, ``+ - * / // % **``, parentheses, the
+functions ``sqrt log exp min max floor ceil abs``, and the names ``Q`` and ``K`` (the run's
+``local_steps``), ``n`` (``dataset.n_clients``), the experiment's ``params`` and the other
+algorithm hyperparameters given as plain numbers. ``lr_local = "1/Q"`` is the FedNMap papers'
+eta_a = 1/Q; FedCanon's server step alpha is ``lr_server = "alpha / (lr_local * Q)"`` with
+``"params.alpha" = [0.01, 0.05]`` on a grid. ``params`` exist only for expressions and labels:
+the stored run holds the resulting numbers, so that two grid points giving the same numbers are
+one run. Nothing else is evaluated (no attribute access, no other names).
+
+**Errors** name the file, the line and the key; unknown tables and keys are refused.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import inspect
+import itertools
+import json
+import math
+import re
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+#: The folder of the built-in experiments.
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "experiments"
+RUN_KEYS = {"rounds", "eval_every", "seeds", "metric_gamma", "backend", "tol"}
+SECTIONS = ("dataset", "problem", "regularizer", "algorithm", "params")
+EXPERIMENT_KEYS = {"name", "title", "description", "paper", "from_paper", "defaults"}
+GRID_KEYS = {"name", "title", "lines", "slope", "paper_slope"}
+BACKENDS = ("numpy", "numba", "gpu", "auto")
+#: Keys of the run configuration that do not change the result, and so stay out of its hash.
+UNHASHED = ("backend",)
+
+
+class ConfigError(ValueError):
+    """A bad experiment file or override; the message names the file, the line and the key."""
+
+    def __init__(self, message: str, key: str | None = None, line: int | None = None, source: str | None = None):
+        where = ":".join(str(part) for part in (source, line) if part)
+        prefix = f"{where}: " if where else ""
+        prefix += f"key {key!r}: " if key else ""
+        super().__init__(prefix + message)
+        self.key, self.line, self.source = key, line, source
+
+
+# ------------------------------------------------------------------------------------------ loaders
+def _datasets() -> dict:
+    from fedopt import datasets as D
+
+    return {"digits": D.load_digits, "mnist": D.load_mnist, "svmlight": D.load_svmlight,
+            "sparse_regression": D.make_sparse_regression, "classification": D.make_classification,
+            "fedprox_synthetic": D.make_fedprox_synthetic, "mnist_like": D.make_mnist_like}
+
+
+def dataset_names() -> list[str]:
+    """The names accepted by ``[run.dataset] name``."""
+    return list(_datasets())
+
+
+def _signature_defaults(func, skip=()) -> tuple[dict, bool]:
+    """``{parameter: default}`` of ``func`` (``inspect.Parameter.empty`` when required) and whether it takes ``**``."""
+    params, var_kw = {}, False
+    for p in inspect.signature(func).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            var_kw = True
+        elif p.kind is not p.VAR_POSITIONAL and p.name not in skip and p.name != "self":
+            params[p.name] = p.default
+    return params, var_kw
+
+
+def _dataset_options(name: str) -> dict:
+    from fedopt.datasets import partition
+
+    loader = _datasets()[name]
+    options, var_kw = _signature_defaults(loader)
+    if var_kw:  # the loader passes the rest to fedopt.datasets.partition
+        for option in ("alpha", "shards_per_client", "min_samples"):
+            options.setdefault(option, inspect.signature(partition).parameters[option].default)
+    return options
+
+
+def _problem_options(name: str) -> dict:
+    from fedopt.problems import PROBLEMS
+
+    return _signature_defaults(PROBLEMS[name].__init__, skip=("dataset", "backend"))[0]
+
+
+def _regularizer_options(name: str) -> dict:
+    from fedopt.regularizers import REGULARIZERS
+
+    cls = REGULARIZERS[name.lower().replace("-", "_")]
+    options = {}
+    for f in fields(cls):
+        if f.init:
+            options[f.name] = (f.default if f.default is not MISSING else
+                               f.default_factory() if f.default_factory is not MISSING else inspect.Parameter.empty)
+    return options
+
+
+# --------------------------------------------------------------------------------------- expressions
+_FUNCTIONS = {"sqrt": math.sqrt, "log": math.log, "exp": math.exp, "min": min, "max": max, "floor": math.floor,
+              "ceil": math.ceil, "abs": abs}
+_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+           ast.Pow: lambda a, b: a ** b}
+
+
+def evaluate_expression(text: str, names: dict) -> float:
+    """The value of the arithmetic expression ``text`` with the variables ``names`` (see the module docstring).
+
+    >>> evaluate_expression("1/sqrt(Q)", {"Q": 4})
+    0.5
+    """
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as err:
+        raise ValueError(f"{text!r} is not an arithmetic expression ({err.msg})") from None
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                known = ", ".join(sorted(names)) or "none"
+                raise ValueError(f"{text!r} uses the unknown name {node.id!r}; the names here are {known}")
+            return names[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > 64:
+                raise ValueError(f"{text!r}: exponents above 64 are refused")
+            return _BINOPS[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            value = ev(node.operand)
+            return -value if isinstance(node.op, ast.USub) else value
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
+                and not node.keywords):
+            return _FUNCTIONS[node.func.id](*(ev(arg) for arg in node.args))
+        raise ValueError(f"{text!r} holds {ast.unparse(node)!r}, which is not allowed: use numbers, + - * / // % **, "
+                         f"parentheses, the functions {', '.join(_FUNCTIONS)} and the names "
+                         f"{', '.join(sorted(names)) or '(none)'}")
+
+    try:
+        value = ev(tree)
+    except ZeroDivisionError:
+        raise ValueError(f"{text!r} divides by zero with {names}") from None
+    return float(value)
+
+
+# ------------------------------------------------------------------------------------- line numbers
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"""^\s*((?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+))*)\s*=""")
+_PART = re.compile(r"""\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*(?:\.|$)""")
+
+
+def _split_key(text: str) -> list[str]:
+    return [part.strip("\"'") for part in _PART.findall(text)]
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """``{path: line}`` for every table header and key of the TOML ``text`` (1-based lines).
+
+    Paths join the parts with dots (a quoted key such as ``"algorithm.name"`` stays one part);
+    the ``i``-th ``[[grid]]`` table is ``grid[i]``. Lines inside multi-line arrays and strings
+    are skipped. This is only for error messages: ``tomllib`` parses the file.
+    """
+    lines: dict[str, int] = {}
+    table: list[str] = []
+    counts: dict[str, int] = {}
+    depth, in_string = 0, None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if in_string:
+            if in_string in line:
+                in_string = None
+            continue
+        if depth == 0:
+            header = _HEADER.match(line)
+            if header:
+                parts = _split_key(header.group(2))
+                if header.group(1) == "[[":
+                    name = ".".join(parts)
+                    index = counts.get(name, 0)
+                    counts[name] = index + 1
+                    parts = parts[:-1] + [f"{parts[-1]}[{index}]"]
+                table = parts
+                lines.setdefault(".".join(table), number)
+                continue
+            key = _KEY.match(line)
+            if key:
+                path = ".".join(table + _split_key(key.group(1)))
+                lines.setdefault(path, number)
+                rest = line[key.end():]
+                for quote in ('"""', "'''"):
+                    if rest.count(quote) == 1:
+                        in_string = quote
+                depth += _bracket_balance(rest)
+                continue
+        else:
+            depth += _bracket_balance(line)
+    return lines
+
+
+def _bracket_balance(text: str) -> int:
+    text = re.sub(r'"(?:\\.|[^"\\])*"|\'[^\']*\'', "", text.split("#")[0] if '"' not in text else text)
+    text = text.split("#")[0]
+    return text.count("[") + text.count("{") - text.count("]") - text.count("}")
+
+
+# ------------------------------------------------------------------------------------------ classes
+@dataclass
+class Grid:
+    """One ``[[grid]]`` table: a product of axes (paths below ``[run]``, each with a list of values)."""
+
+    name: str
+    axes: dict
+    title: str = ""
+    lines: str | None = None
+    slope: str | None = None
+    paper_slope: float | None = None
+    index: int = 0
+
+    def points(self):
+        """Every combination of the axes' values, as ``{path: value}``."""
+        keys = list(self.axes)
+        for values in itertools.product(*(self.axes[k] for k in keys)):
+            yield dict(zip(keys, values))
+
+    @property
+    def varied(self) -> list[str]:
+        """The axes with more than one value."""
+        return [k for k, v in self.axes.items() if len(v) > 1]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep: the resolved ``config`` (what :func:`execute_run` takes), its ``key`` and labels."""
+
+    key: str
+    config: dict
+    grid: str
+    labels: dict  # the grid point as written (expressions unevaluated) plus the seed
+
+
+@dataclass
+class Experiment:
+    """A parsed experiment: the base ``run`` table, its ``seeds`` and its ``grids``."""
+
+    name: str
+    run: dict
+    seeds: list
+    grids: list
+    title: str = ""
+    description: str = ""
+    paper: str = ""
+    from_paper: list = field(default_factory=list)
+    defaults: list = field(default_factory=list)
+    source: str = "<string>"
+    text: str = ""
+    lines: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ errors with lines
+    def error(self, message: str, path: str | None = None) -> ConfigError:
+        """A :class:`ConfigError` for the key at ``path`` (a ``run.*`` or ``grid[i].*`` path, or None)."""
+        line = None
+        if path is not None:
+            probe = path
+            while probe and line is None:
+                line = self.lines.get(probe)
+                probe = probe.rpartition(".")[0]
+        shown = path
+        if path and path.startswith("grid[") and "." in path:
+            shown = path.split(".", 1)[1]
+        return ConfigError(message, shown, line, self.source)
+
+    def _where(self, key: str, grid: Grid | None) -> str:
+        """The path of ``key`` (below ``run``) where it was set: on the grid when it is an axis there."""
+        if grid is not None and key in grid.axes:
+            return f"grid[{grid.index}].{key}"
+        return f"run.{key}"
+
+    # ------------------------------------------------------------------ expansion
+    def algorithms(self) -> set[str]:
+        names = {self.run.get("algorithm", {}).get("name")}
+        for grid in self.grids:
+            names.update(grid.axes.get("algorithm.name", []))
+        return {n for n in names if n is not None}
+
+    def expand(self) -> list[RunSpec]:
+        """Every run of the experiment, in grid order then seed order (duplicates kept, same key)."""
+        self._check_shared_hyperparameters()
+        specs = []
+        for grid in self.grids:
+            for point in grid.points():
+                base = copy.deepcopy(self.run)
+                for key, value in point.items():
+                    _assign(base, key, value)
+                for seed in self.seeds:
+                    config = self._resolve(base, seed, grid)
+                    labels = {**point, "seed": seed}
+                    specs.append(RunSpec(config_key(config), config, grid.name, labels))
+        return specs
+
+    def _check_shared_hyperparameters(self):
+        from fedopt import algorithms
+
+        names = self.algorithms()
+        for name in sorted(names):
+            if name not in algorithms.available():
+                path = "run.algorithm.name"
+                for grid in self.grids:
+                    if name in grid.axes.get("algorithm.name", []):
+                        path = f"grid[{grid.index}].algorithm.name"
+                raise self.error(f"algorithm {name!r} is unknown; choose one of {', '.join(algorithms.available())}",
+                                 path)
+        shared = {k for k, v in self.run.get("algorithm", {}).items() if k != "name" and not isinstance(v, dict)}
+        for grid in self.grids:
+            shared |= {k.split(".", 1)[1] for k in grid.axes if k.startswith("algorithm.") and k.count(".") == 1}
+        known = set()
+        for name in names:
+            known |= set(algorithms.hyperparameters(name))
+        for key in sorted(shared - {"name"} - known):
+            raise self.error(f"none of the methods {', '.join(sorted(names))} has a hyperparameter {key!r}; "
+                             f"theirs are {', '.join(sorted(known))}", self._grid_or_run(f"algorithm.{key}"))
+
+    def _grid_or_run(self, key):
+        for grid in self.grids:
+            if key in grid.axes:
+                return f"grid[{grid.index}].{key}"
+        return f"run.{key}"
+
+    def _resolve(self, base: dict, seed: int, grid: Grid) -> dict:
+        where = lambda key: self._where(key, grid)  # noqa: E731
+        params = base.get("params", {})
+        for name, value in params.items():
+            if not _is_number(value):
+                raise self.error(f"params are numbers (they feed the expressions), got {value!r}", where(f"params.{name}"))
+        dataset = self._section(base, "dataset", _dataset_options, dataset_names, where)
+        problem = self._section(base, "problem", _problem_options, _problem_names, where)
+        reg_table = dict(base.get("regularizer", {"name": "zero"}))
+        reg_table.setdefault("name", "zero")
+        base = {**base, "regularizer": reg_table}
+        algorithm = self._algorithm(base, params, dataset, where)
+        names = {**params, "n": dataset.get("n_clients")}
+        names.update({k: v for k, v in algorithm.items() if _is_number(v)})
+        if "local_steps" in names:
+            names["Q"] = names["K"] = names["local_steps"]
+        regularizer = self._section(base, "regularizer", _regularizer_options, _regularizer_names, where, names)
+        config = {"dataset": dataset, "problem": problem, "regularizer": regularizer, "algorithm": algorithm}
+        run = {k: v for k, v in base.items() if k not in SECTIONS}
+        rounds = run.get("rounds", 100)
+        if not _is_int(rounds) or rounds < 0:
+            raise self.error(f"rounds must be an integer >= 0, got {rounds!r}", where("rounds"))
+        eval_every = run.get("eval_every", 1)
+        if not _is_int(eval_every) or eval_every < 1:
+            raise self.error(f"eval_every must be an integer >= 1, got {eval_every!r}", where("eval_every"))
+        metric_gamma = run.get("metric_gamma")
+        if isinstance(metric_gamma, str):
+            metric_gamma = self._expression(metric_gamma, names, where("metric_gamma"))
+        if metric_gamma is not None and not (_is_number(metric_gamma) and metric_gamma > 0):
+            raise self.error(f"metric_gamma must be a number > 0, got {metric_gamma!r}", where("metric_gamma"))
+        tol = run.get("tol")
+        if tol is not None and not (_is_number(tol) and tol >= 0):
+            raise self.error(f"tol must be a number >= 0, got {tol!r}", where("tol"))
+        backend = run.get("backend", "auto")
+        if backend not in BACKENDS:
+            raise self.error(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}", where("backend"))
+        config.update(rounds=int(rounds), eval_every=int(eval_every), seed=int(seed),
+                      metric_gamma=None if metric_gamma is None else float(metric_gamma),
+                      tol=None if tol is None else float(tol), backend=backend)
+        return config
+
+    def _section(self, base, section, options_of, names_of, where, expression_names=None):
+        table = dict(base.get(section, {}))
+        name = table.pop("name", None)
+        if name is None:
+            raise self.error(f"[run.{section}] needs a name; choose one of {', '.join(names_of())}", where(section))
+        if section == "regularizer":
+            name = str(name).lower().replace("-", "_")
+        if name not in names_of():
+            raise self.error(f"{section} {name!r} is unknown; choose one of {', '.join(names_of())}",
+                             where(f"{section}.name"))
+        options = options_of(name)
+        resolved = {"name": name}
+        for key, value in table.items():
+            if key not in options:
+                raise self.error(f"{section} {name!r} has no option {key!r}; its options are "
+                                 f"{', '.join(sorted(options))}", where(f"{section}.{key}"))
+            if isinstance(value, str) and expression_names is not None and _is_number(options[key]):
+                value = self._expression(value, expression_names, where(f"{section}.{key}"))
+            resolved[key] = value
+        missing = [k for k, v in options.items() if v is inspect.Parameter.empty and k not in resolved]
+        if missing:
+            raise self.error(f"{section} {name!r} needs {', '.join(missing)}", where(section))
+        for key, default in options.items():
+            if key not in resolved and _jsonable(default):
+                resolved[key] = default
+        return dict(sorted(resolved.items()))
+
+    def _algorithm(self, base, params, dataset, where):
+        from fedopt import algorithms
+
+        table = dict(base.get("algorithm", {}))
+        name = table.pop("name", None)
+        if name is None:
+            raise self.error(f"[run.algorithm] needs a name; choose one of {', '.join(algorithms.available())}",
+                             where("algorithm"))
+        defaults = algorithms.hyperparameters(name)
+        per_method = {k: table.pop(k) for k in list(table) if isinstance(table[k], dict)}
+        for method, values in per_method.items():
+            if method not in algorithms.available():
+                raise self.error(f"[run.algorithm.{method}] names no method; the sub-tables of [run.algorithm] are "
+                                 f"per-method hyperparameters, for one of {', '.join(algorithms.available())}",
+                                 where(f"algorithm.{method}"))
+            for key in values:
+                if key not in algorithms.hyperparameters(method):
+                    raise self.error(f"{method} has no hyperparameter {key!r}; its hyperparameters are "
+                                     f"{', '.join(algorithms.hyperparameters(method))}",
+                                     where(f"algorithm.{method}.{key}"))
+        merged = {**table, **per_method.get(name, {})}
+        origin = {k: f"algorithm.{name}.{k}" if k in per_method.get(name, {}) else f"algorithm.{k}" for k in merged}
+        names = {**params, "n": dataset.get("n_clients")}
+        names.update({k: v for k, v in merged.items() if _is_number(v)})
+        steps = merged.get("local_steps", defaults.get("local_steps"))
+        if _is_number(steps):
+            names["Q"] = names["K"] = steps
+        pending = {k: v for k, v in merged.items() if isinstance(v, str) and k in defaults
+                   and (_is_number(defaults[k]) or defaults[k] is None)}
+        for _ in range(len(pending) + 1):  # expressions may use each other's values
+            for key in list(pending):
+                try:
+                    names[key] = merged[key] = self._expression(pending[key], names, None)
+                    del pending[key]
+                    if key == "local_steps":
+                        names["Q"] = names["K"] = merged[key]
+                except ValueError:
+                    continue
+        for key, text in pending.items():
+            merged[key] = self._expression(text, names, where(origin[key]))  # raises with the reason
+        resolved = {"name": name}
+        for key, default in defaults.items():
+            value = merged.get(key, default)
+            if _is_int(default) and _is_number(value) and not isinstance(value, bool):
+                if value != int(value):
+                    raise self.error(f"{key} of {name} must be an integer, got {value!r}", where(origin.get(key, key)))
+                value = int(value)
+            resolved[key] = value
+        return resolved
+
+    def _expression(self, text, names, path):
+        try:
+            return evaluate_expression(text, {k: v for k, v in names.items() if v is not None})
+        except ValueError as err:
+            if path is None:
+                raise
+            raise self.error(str(err), path) from None
+
+    # ------------------------------------------------------------------ variants
+    def override(self, assignments: dict) -> "Experiment":
+        """A copy with ``{path: value}`` fixed everywhere (paths below ``[run]``; grid axes on them are dropped)."""
+        exp = copy.deepcopy(self)
+        for key, value in assignments.items():
+            if key == "seeds":
+                exp.seeds = _check_seeds(value, exp, "seeds")
+                continue
+            _check_path(key, exp, f"--set {key}")
+            _assign(exp.run, key, value)
+            for grid in exp.grids:
+                grid.axes.pop(key, None)
+        return exp
+
+    def shortened(self, rounds: int = 2, seeds: int = 1, values: int = 2) -> "Experiment":
+        """A small version for tests and smoke runs: ``rounds`` rounds, the first ``seeds`` seeds, ``values`` values per axis."""
+        exp = copy.deepcopy(self)
+        exp.run["rounds"] = rounds
+        exp.run["eval_every"] = max(1, min(int(exp.run.get("eval_every", 1)), rounds))
+        exp.seeds = exp.seeds[:seeds]
+        for grid in exp.grids:
+            grid.axes = {k: v[:values] for k, v in grid.axes.items()}
+        return exp
+
+
+def config_key(config: dict) -> str:
+    """The store key of a run: SHA-256 of its configuration as canonical JSON, without :data:`UNHASHED` keys."""
+    hashed = {k: v for k, v in config.items() if k not in UNHASHED}
+    text = json.dumps(hashed, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def _problem_names():
+    from fedopt.problems import PROBLEMS
+
+    return list(PROBLEMS)
+
+
+def _regularizer_names():
+    from fedopt.regularizers import available
+
+    return available()
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _assign(table: dict, path: str, value):
+    parts = path.split(".")
+    for part in parts[:-1]:
+        table = table.setdefault(part, {})
+    table[parts[-1]] = value
+
+
+def _check_path(key: str, exp: Experiment, path: str):
+    head, _, rest = key.partition(".")
+    if not rest:
+        if head not in RUN_KEYS - {"seeds"}:
+            raise exp.error(f"unknown key; a run takes {', '.join(sorted(RUN_KEYS))} and the tables "
+                            f"{', '.join(SECTIONS)}", path)
+    elif head not in SECTIONS:
+        raise exp.error(f"unknown table {head!r}; the tables of a run are {', '.join(SECTIONS)}", path)
+    elif head == "params" and "." in rest:
+        raise exp.error("params are plain names (params.alpha)", path)
+
+
+def _check_seeds(value, exp, path):
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not (isinstance(value, list) and value and all(_is_int(s) and s >= 0 for s in value)):
+        raise exp.error(f"seeds must be a non-empty list of integers >= 0, got {value!r}", path)
+    if len(set(value)) != len(value):
+        raise exp.error(f"seeds repeat: {value!r}", path)
+    return list(value)
+
+
+# ------------------------------------------------------------------------------------------ loading
+def parse_experiment(text: str, source: str = "<string>", name: str | None = None) -> Experiment:
+    """Parse and validate the TOML ``text`` of an experiment; :class:`ConfigError` names the key and line."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"not valid TOML: {err}", source=source) from None
+    lines = key_lines(text)
+    exp = Experiment(name=name or "experiment", run={}, seeds=[0], grids=[], source=source, text=text, lines=lines)
+    for table in data:
+        if table not in ("experiment", "run", "grid"):
+            raise exp.error(f"unknown table; an experiment has [experiment], [run] and [[grid]] tables", table)
+    meta = data.get("experiment", {})
+    for key, value in meta.items():
+        if key not in EXPERIMENT_KEYS:
+            raise exp.error(f"unknown key; [experiment] takes {', '.join(sorted(EXPERIMENT_KEYS))}",
+                            f"experiment.{key}")
+        if key in ("from_paper", "defaults"):
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise exp.error("a list of strings", f"experiment.{key}")
+        elif not isinstance(value, str):
+            raise exp.error(f"a string, got {value!r}", f"experiment.{key}")
+    exp.name = meta.get("name", exp.name)
+    exp.title, exp.description, exp.paper = meta.get("title", ""), meta.get("description", ""), meta.get("paper", "")
+    exp.from_paper, exp.defaults = list(meta.get("from_paper", [])), list(meta.get("defaults", []))
+    run = data.get("run", {})
+    if not isinstance(run, dict):
+        raise exp.error("[run] must be a table", "run")
+    for key, value in run.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise exp.error(f"must be a table [run.{key}]", f"run.{key}")
+        elif key not in RUN_KEYS:
+            raise exp.error(f"unknown key; [run] takes {', '.join(sorted(RUN_KEYS))} and the tables "
+                            f"[run.{'], [run.'.join(SECTIONS)}]", f"run.{key}")
+    exp.seeds = _check_seeds(run.pop("seeds", [0]), exp, "run.seeds")
+    exp.run = run
+    grids = data.get("grid", [])
+    if isinstance(grids, dict):
+        raise exp.error("write [[grid]] (an array of tables), not [grid]", "grid")
+    seen = set()
+    for index, table in enumerate(grids):
+        grid = Grid(name=str(table.get("name", f"grid{index + 1}")), axes={}, index=index)
+        if grid.name in seen:
+            raise exp.error(f"two grids are called {grid.name!r}", f"grid[{index}].name")
+        seen.add(grid.name)
+        for key, value in table.items():
+            path = f"grid[{index}].{key}"
+            if key in GRID_KEYS:
+                continue
+            if isinstance(value, dict):
+                raise exp.error('grid axes are quoted paths: write "algorithm.lr_local" = [...], not a table', path)
+            _check_path(key, exp, path)
+            values = value if isinstance(value, list) else [value]
+            if not values:
+                raise exp.error("an empty list of values", path)
+            grid.axes[key] = values
+        grid.title = str(table.get("title", ""))
+        for role in ("lines", "slope"):
+            chosen = table.get(role)
+            if chosen is not None and chosen not in grid.axes:
+                raise exp.error(f"names no axis of this grid; its axes are {', '.join(grid.axes) or 'none'}",
+                                f"grid[{index}].{role}")
+            setattr(grid, role, chosen)
+        paper_slope = table.get("paper_slope")
+        if paper_slope is not None and not _is_number(paper_slope):
+            raise exp.error(f"a number, got {paper_slope!r}", f"grid[{index}].paper_slope")
+        grid.paper_slope = paper_slope
+        exp.grids.append(grid)
+    if not exp.grids:
+        exp.grids = [Grid(name="run", axes={})]
+    used = set(run.get("params", {}))
+    for grid in exp.grids:
+        used |= {k.split(".", 1)[1] for k in grid.axes if k.startswith("params.")}
+    exp.expand()  # validates every run now, before anything executes
+    for param in sorted(used):
+        if not re.search(rf"\b{re.escape(param)}\b", _expressions_text(exp)):
+            raise exp.error("this parameter is never used in an expression", _param_path(exp, param))
+    return exp
+
+
+def _expressions_text(exp: Experiment) -> str:
+    strings = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str):
+            strings.append(value)
+
+    walk(exp.run)
+    for grid in exp.grids:
+        walk({k: v for k, v in grid.axes.items() if not k.startswith("params.")})
+    return " ".join(strings)
+
+
+def _param_path(exp, param):
+    for grid in exp.grids:
+        if f"params.{param}" in grid.axes:
+            return f"grid[{grid.index}].params.{param}"
+    return f"run.params.{param}"
+
+
+def builtin_experiments() -> dict[str, Path]:
+    """``{name: path}`` of the experiments shipped in ``fedopt/experiments``."""
+    return {path.stem: path for path in sorted(BUILTIN_DIR.glob("*.toml"))}
+
+
+def load_experiment(name_or_path, overrides: dict | None = None) -> Experiment:
+    """The experiment in a TOML file, or the built-in one of that name; ``overrides`` as in :meth:`Experiment.override`."""
+    path = Path(name_or_path)
+    builtin = builtin_experiments()
+    if not path.is_file():
+        key = str(name_or_path).removesuffix(".toml").replace("-", "_")
+        if key not in builtin:
+            raise ConfigError(f"{name_or_path!r} is neither a TOML file nor a built-in experiment; the built-in "
+                              f"ones are {', '.join(builtin)}")
+        path = builtin[key]
+    exp = parse_experiment(path.read_text(encoding="utf-8"), source=str(path), name=path.stem)
+    if overrides:
+        exp = exp.override(overrides)
+        exp.expand()
+    return exp
+
+
+def parse_assignment(text: str) -> tuple[str, object]:
+    """``"KEY=VALUE"`` from the command line: VALUE in TOML syntax, or a bare word as a string."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set takes KEY=VALUE, got {text!r}")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return key, parsed
+
+
+__all__ = ["BUILTIN_DIR", "ConfigError", "Experiment", "Grid", "RunSpec", "builtin_experiments", "config_key",
+           "dataset_names", "evaluate_expression", "key_lines", "load_experiment", "parse_assignment",
+           "parse_experiment"]

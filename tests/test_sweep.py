@@ -1,0 +1,323 @@
+"""Sweeps: TOML validation, grid expansion, the SQLite store, resume, the executors, the report and the CLI."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+from fedopt import sweep
+from fedopt.cli import main
+from fedopt.sweep.config import ConfigError, key_lines, parse_assignment
+
+TINY = """
+[experiment]
+name = "tiny"
+title = "a tiny sweep"
+from_paper = ["nothing"]
+defaults = ["everything"]
+
+[run]
+rounds = 4
+eval_every = 2
+seeds = [0, 1]
+metric_gamma = 4.0
+
+[run.dataset]
+name = "digits"
+partition = "sorted"
+n_clients = 4
+seed = 0
+
+[run.problem]
+name = "softmax"
+
+[run.regularizer]
+name = "elasticnet"
+l1 = 1e-3
+l2 = 2e-2
+
+[run.algorithm]
+name = "fednmap"
+local_steps = 2
+lr_local = "1/Q"
+gamma = 4.0
+batch_size = 16
+
+[[grid]]
+name = "speedup"
+"dataset.n_clients" = [4, 8]
+"algorithm.local_steps" = [1, 2]
+slope = "dataset.n_clients"
+"""
+
+
+def tiny(text=TINY, **overrides):
+    exp = sweep.parse_experiment(text, source="tiny.toml", name="tiny")
+    return exp.override(overrides) if overrides else exp
+
+
+def finals(store, name="tiny"):
+    return {m["key"]: m["final"]["stationarity"] for m in store.members(name, with_history=False)}
+
+
+# ------------------------------------------------------------------------------------------ config
+def test_grid_expands_to_runs_with_resolved_expressions_and_labels():
+    specs = tiny().expand()
+    assert len(specs) == 8 and len({s.key for s in specs}) == 8
+    by_labels = {(s.labels["dataset.n_clients"], s.labels["algorithm.local_steps"], s.labels["seed"]): s for s in specs}
+    cfg = by_labels[(8, 2, 1)].config
+    assert cfg["dataset"]["n_clients"] == 8 and cfg["seed"] == 1 and cfg["dataset"]["seed"] == 0
+    assert cfg["algorithm"] == {"name": "fednmap", "local_steps": 2, "lr_local": 0.5, "lr_server": 1.0,
+                                "batch_size": 16, "gamma": 4.0}
+    assert cfg["dataset"]["test_size"] == 0.2  # defaults are filled in, so the key covers the full configuration
+
+
+def test_key_ignores_the_backend_and_merges_identical_points():
+    a, b = tiny().expand()[0], tiny(backend="numpy").expand()[0]
+    assert a.key == b.key and a.config["backend"] != b.config["backend"]
+    text = TINY.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.lr_local" = [0.5, "1/Q"]')
+    assert len({s.key for s in tiny(text).expand()}) == 4  # "1/Q" at Q = 2 is 0.5: one run
+
+
+def test_shared_hyperparameters_reach_only_the_methods_that_have_them():
+    text = TINY.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.name" = ["fednmap", "zhang"]')
+    algos = {s.config["algorithm"]["name"]: s.config["algorithm"] for s in tiny(text).expand()}
+    assert algos["fednmap"]["gamma"] == 4.0 and "gamma" not in algos["zhang"]
+    bad = text.replace("gamma = 4.0\nbatch", "gamma = 4.0\nmomentum = 0.9\nbatch")
+    with pytest.raises(ConfigError, match=r"tiny\.toml:\d+: key 'run\.algorithm\.momentum'.*none of the methods"):
+        tiny(bad)
+
+
+def test_per_method_tables_and_params_feed_expressions():
+    text = TINY.replace('[[grid]]', '[run.params]\nalpha = 0.5\n\n[run.algorithm.zhang]\nlr_server = "alpha / (lr_local * Q)"\n\n[[grid]]')
+    text = text.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.name" = ["fednmap", "zhang"]\n"params.alpha" = [0.25, 1.0]')
+    specs = tiny(text).expand()
+    zhang = [s for s in specs if s.config["algorithm"]["name"] == "zhang"]
+    assert sorted({s.config["algorithm"]["lr_server"] for s in zhang}) == [0.25, 1.0]  # alpha / (0.5 * 2)
+    assert {s.config["algorithm"]["lr_server"] for s in specs if s.config["algorithm"]["name"] == "fednmap"} == {1.0}
+
+
+@pytest.mark.parametrize("edit, key, message", [
+    (("lr_local = \"1/Q\"", "lr_lcoal = 0.1"), "run.algorithm.lr_lcoal", "none of the methods"),
+    (("l2 = 2e-2", "l2 = 2e-2\nl3 = 1"), "run.regularizer.l3", "has no option 'l3'"),
+    (("seed = 0\n", "seed = 0\nshuffle = true\n"), "run.dataset.shuffle", "has no option"),
+    (("rounds = 4", "rounds = 4\nround = 4"), "run.round", "unknown key"),
+    (('"dataset.n_clients" = [4, 8]', '"datasets.n_clients" = [4, 8]'), "datasets.n_clients", "unknown table"),
+    (('lr_local = "1/Q"', 'lr_local = "1/q"'), "run.algorithm.lr_local", "unknown name 'q'"),
+    (('lr_local = "1/Q"', 'lr_local = "__import__(\'os\').getcwd()"'), "run.algorithm.lr_local", "not allowed"),
+    (('name = "softmax"', 'name = "softmaks"'), "run.problem.name", "unknown"),
+    (('"algorithm.local_steps" = [1, 2]', '"algorithm.name" = ["fednmap", "fedfoo"]'), "algorithm.name", "unknown"),
+    (('slope = "dataset.n_clients"', 'slope = "dataset.clients"'), "slope", "names no axis"),
+])
+def test_errors_name_the_key_and_its_line(edit, key, message):
+    text = TINY.replace(*edit)
+    assert text != TINY
+    with pytest.raises(ConfigError) as info:
+        tiny(text)
+    err = info.value
+    assert err.key == key and message in str(err)
+    wanted = key.rsplit(".", 1)[-1].split('"')[0]
+    assert wanted in text.splitlines()[err.line - 1], (err.line, str(err))
+
+
+def test_toml_syntax_errors_and_unknown_tables():
+    with pytest.raises(ConfigError, match="line 3"):
+        tiny("[run]\nrounds = 1\nseeds = [0,,]\n")
+    with pytest.raises(ConfigError, match=r"key 'runs'.*unknown table"):
+        tiny(TINY + "\n[runs]\nx = 1\n")
+
+
+def test_key_lines_follow_tables_arrays_of_tables_and_quoted_keys():
+    lines = key_lines('a = 1\n[t]\nb = [\n  1,\n  2]\nc.d = 3\n[[g]]\n"x.y" = [1]\n[[g]]\nz = 1\n')
+    assert lines == {"a": 1, "t": 2, "t.b": 3, "t.c.d": 6, "g[0]": 7, "g[0].x.y": 8, "g[1]": 9, "g[1].z": 10}
+
+
+def test_expressions_are_small_and_safe():
+    assert sweep.evaluate_expression("1/sqrt(Q)", {"Q": 4}) == 0.5
+    assert sweep.evaluate_expression("min(0.1, 2 / (n * K))", {"n": 10, "K": 5}) == 0.04
+    for bad in ("Q.__class__", "open('x')", "[1][0]", "2 ** 1000"):
+        with pytest.raises(ValueError):
+            sweep.evaluate_expression(bad, {"Q": 2})
+
+
+def test_overrides_and_assignments_from_the_command_line():
+    assert parse_assignment("dataset.name=mnist") == ("dataset.name", "mnist")
+    assert parse_assignment("seeds=[0, 1]") == ("seeds", [0, 1])
+    exp = tiny(**dict([parse_assignment("dataset.n_clients=5"), parse_assignment("seeds=[3]")]))
+    specs = exp.expand()
+    assert len(specs) == 2 and {s.config["dataset"]["n_clients"] for s in specs} == {5}
+    assert {s.config["seed"] for s in specs} == {3}
+    with pytest.raises(ConfigError, match="unknown table"):
+        tiny().override({"datasets.name": "x"})
+
+
+@pytest.mark.parametrize("name", sorted(sweep.builtin_experiments()))
+def test_every_builtin_experiment_parses_and_states_its_sources(name):
+    exp = sweep.load_experiment(name)
+    assert exp.title and exp.from_paper and exp.defaults
+    assert exp.run["dataset"]["name"] == "digits"  # offline by default
+    specs = exp.expand()
+    assert specs and all(s.config["rounds"] > 0 for s in specs)
+
+
+# ------------------------------------------------------------------------------- store and execution
+def test_serial_sweep_stores_every_run_and_resume_skips_them(tmp_path):
+    exp = tiny()
+    with sweep.Store(tmp_path / "s.db") as store:
+        first = sweep.run_sweep(exp, store, executor="serial")
+        assert (first.executed, first.skipped, first.statuses) == (8, 0, {"done": 8})
+        again = sweep.run_sweep(exp, store, executor="serial")
+        assert (again.executed, again.skipped) == (0, 8)
+        run = store.run(exp.expand()[0].key)
+        assert run["status"] == "done" and run["history"]["round"] == [0, 2, 4]
+        assert run["final_stationarity"] == run["history"]["stationarity"][-1]
+        assert run["config"] == exp.expand()[0].config
+        more = sweep.run_sweep(tiny(**{"seeds": [0, 1, 2]}), store, executor="serial")
+        assert (more.executed, more.skipped) == (4, 8)  # only the new seed runs
+
+
+def test_failed_and_diverged_runs_are_stored_and_do_not_stop_the_sweep(tmp_path):
+    text = TINY.replace('"dataset.n_clients" = [4, 8]', '"dataset.n_clients" = [4, 5000]')
+    text = text.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.lr_local" = ["1/Q", 1e300]')
+    exp = tiny(text, seeds=[0])
+    with sweep.Store(tmp_path / "s.db") as store:
+        summary = sweep.run_sweep(exp, store, executor="serial")
+        assert summary.statuses == {"done": 1, "diverged": 1, "failed": 2}
+        members = store.members("tiny")
+        failed = [m for m in members if m["status"] == "failed"]
+        assert all("5000" in m["error"] for m in failed)
+        diverged = next(m for m in members if m["status"] == "diverged")
+        assert diverged["history"]["round"][0] == 0 and "diverged" in diverged["error"]
+        assert sweep.run_sweep(exp, store, executor="serial").executed == 0
+        assert sweep.run_sweep(exp, store, executor="serial", retry_failed=True).executed == 2
+
+
+def test_local_pool_gives_the_serial_results_bit_for_bit(tmp_path):
+    exp = tiny()
+    with sweep.Store(tmp_path / "a.db") as a, sweep.Store(tmp_path / "b.db") as b:
+        sweep.run_sweep(exp, a, executor="serial")
+        summary = sweep.run_sweep(exp, b, executor="local", workers=2)
+        assert summary.statuses == {"done": 8}
+        assert finals(a) == finals(b)
+
+
+# -------------------------------------------------------------------------------------------- report
+def test_fit_slope_recovers_a_power_law_and_its_interval():
+    x = np.array([10, 20, 30, 50, 100])
+    slope, intercept, low, high = sweep.fit_slope(x, 3 * x ** -1.5)
+    assert math.isclose(slope, -1.5) and math.isclose(intercept, math.log(3))
+    assert math.isclose(low, -1.5, abs_tol=1e-9) and math.isclose(high, -1.5, abs_tol=1e-9)
+    noisy = 3 * x ** -1.5 * np.exp(np.array([0.1, -0.1, 0.05, 0.0, -0.05]))
+    slope, _, low, high = sweep.fit_slope(x, noisy)
+    from scipy import stats
+
+    res = stats.linregress(np.log(x), np.log(noisy))
+    half = stats.t.ppf(0.975, 3) * res.stderr
+    assert math.isclose(slope, res.slope) and math.isclose(low, res.slope - half) and math.isclose(high, res.slope + half)
+    assert math.isnan(sweep.fit_slope([1, 2], [1, 0.5])[2])
+
+
+def test_report_prints_tables_and_slopes_and_writes_files(tmp_path, capsys):
+    exp = tiny()
+    with sweep.Store(tmp_path / "s.db") as store:
+        sweep.run_sweep(exp, store, executor="serial")
+        result = sweep.report(store, out=tmp_path / "out", plots=False)
+    printed = capsys.readouterr().out
+    assert "slope of log stationarity against log n_clients" in printed
+    assert len(result["slopes"]) == 2  # one per local_steps value
+    assert all(s.points == 2 and math.isnan(s.low) for s in result["slopes"])
+    assert "||F_nat||^2 mean" in printed and "2/2" in printed
+    rows = (tmp_path / "out" / "tiny" / "summary.csv").read_text().splitlines()
+    assert len(rows) == 5 and "stationarity_mean" in rows[0]
+    assert (tmp_path / "out" / "report.md").read_text().count("slope") >= 2
+
+
+def test_report_draws_the_figures(tmp_path):
+    pytest.importorskip("matplotlib", reason="the PNG figures need matplotlib (the plot extra)")
+    with sweep.Store(tmp_path / "s.db") as store:
+        sweep.run_sweep(tiny(), store, executor="serial")
+        result = sweep.report(store, out=tmp_path / "out", stream=open(tmp_path / "log", "w"))
+    names = sorted(p.name for p in result["figures"])
+    assert names == ["speedup_curves.png", "speedup_slope.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in result["figures"])
+
+
+def test_report_without_matplotlib_still_prints_slopes(tmp_path, capsys, monkeypatch):
+    rep = importlib.import_module("fedopt.sweep.report")
+
+    monkeypatch.setattr(rep, "_matplotlib", lambda: None)
+    with sweep.Store(tmp_path / "s.db") as store:
+        sweep.run_sweep(tiny(), store, executor="serial")
+        result = rep.report(store, out=tmp_path / "out")
+    printed = capsys.readouterr().out
+    assert rep.PLOT_HINT in printed and "slope" in printed and result["figures"] == []
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def test_cli_sweep_then_report(tmp_path, capsys):
+    toml = tmp_path / "tiny.toml"
+    toml.write_text(TINY)
+    db = tmp_path / "r.db"
+    assert main(["sweep", str(toml), "--store", str(db), "--executor", "serial"]) == 0
+    assert "8 executed (8 done)" in capsys.readouterr().out
+    assert main(["sweep", str(toml), "--store", str(db), "--executor", "serial"]) == 0
+    assert "8 already stored, 0 executed" in capsys.readouterr().out
+    assert main(["report", str(db), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "slope of log stationarity against log n_clients" in printed
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetchone()[0] == 8
+
+
+def test_cli_refuses_a_bad_key_with_its_line(tmp_path, capsys):
+    toml = tmp_path / "bad.toml"
+    toml.write_text(TINY.replace("l2 = 2e-2", "l2 = 2e-2\nlam = 1"))
+    assert main(["sweep", str(toml), "--store", str(tmp_path / "x.db")]) == 2
+    err = capsys.readouterr().err
+    line = TINY.replace("l2 = 2e-2", "l2 = 2e-2\nlam = 1").splitlines().index("lam = 1") + 1
+    assert f"bad.toml:{line}: key 'run.regularizer.lam'" in err
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_cli_run_prints_a_summary_and_writes_the_history(tmp_path, capsys):
+    out = tmp_path / "h.csv"
+    assert main(["run", "--rounds", "4", "--n-clients", "5", "--set", "eval_every=2", "--set",
+                 'algorithm.lr_local="1/Q"', "--out", str(out), "--store", str(tmp_path / "one.db")]) == 0
+    printed = capsys.readouterr().out
+    assert "fednmap on softmax + elasticnet, digits with 5 clients, 4 rounds" in printed and "lr_local=0.1" in printed
+    rows = out.read_text().splitlines()
+    assert rows[0].startswith("round,stationarity") and len(rows) == 4
+    with sweep.Store(tmp_path / "one.db") as store:
+        assert store.count("done") == 1
+    assert main(["run", "--algorithm", "scaffnew", "--regularizer", "zero", "--rounds", "2", "--out", str(out)]) == 0
+    assert main(["run", "fednmap_fig3"]) == 2  # a grid is for `fedopt sweep`
+    assert "fedopt sweep" in capsys.readouterr().err
+
+
+def test_cli_list_and_bench(capsys):
+    assert main(["list"]) == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in sweep.builtin_experiments())
+    assert "datasets: digits" in printed and "executors: local, dask" in printed
+    assert main(["bench"]) == 0
+    assert "bench_prox_cpu.py" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(sweep.builtin_experiments()))
+def test_every_builtin_experiment_runs_shortened(name, tmp_path):
+    exp = sweep.load_experiment(name).shortened(rounds=2, seeds=1, values=2)
+    with sweep.Store(tmp_path / "s.db") as store:
+        summary = sweep.run_sweep(exp, store, executor="serial")
+        bad = [m for m in store.members(exp.name) if m["status"] != "done"]
+        assert not bad, bad[0]["error"]
+        assert summary.executed == len({s.key for s in exp.expand()})
+        result = sweep.report(store, out=tmp_path / "out", plots=False, stream=open(tmp_path / "log", "w"))
+    if any(g.slope for g in exp.grids):
+        assert result["slopes"]
+    json.dumps([str(s) for s in result["slopes"]])

@@ -1,0 +1,115 @@
+"""Crash safety with a real SIGKILL, Ctrl-C, and the Dask executor on a LocalCluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fedopt import sweep
+from tests.test_sweep import TINY, finals, tiny
+
+#: 24 runs of a few tenths of a second each.
+SLOWER = TINY.replace("rounds = 4", "rounds = 60").replace("seeds = [0, 1]", "seeds = [0, 1, 2, 3, 4, 5]")
+
+
+def _stored(db) -> dict:
+    if not os.path.exists(db):
+        return {}
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            return dict(con.execute("SELECT key, finished FROM runs WHERE status = 'done'").fetchall())
+    except sqlite3.OperationalError:  # the tables are not created yet
+        return {}
+
+
+def _sweep_process(toml, db, *extra):
+    return subprocess.Popen([sys.executable, "-m", "fedopt", "sweep", str(toml), "--store", str(db), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _stop_group(proc):
+    """Stop what is left of the process group this test started (orphaned pool workers)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_for_runs(proc, db, count, timeout=120):
+    deadline = time.monotonic() + timeout
+    while len(_stored(db)) < count:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the sweep stored too few runs in time"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigkill_loses_no_finished_run_and_the_next_sweep_completes(tmp_path):
+    toml, db = tmp_path / "slower.toml", tmp_path / "s.db"
+    toml.write_text(SLOWER)
+    total = len({s.key for s in tiny(SLOWER).expand()})
+    proc = _sweep_process(toml, db, "--executor", "local", "--workers", "2")
+    try:
+        _wait_for_runs(proc, db, 3)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        _stop_group(proc)
+    assert proc.returncode == -signal.SIGKILL
+    before = _stored(db)
+    assert 3 <= len(before) < total, "kill the sweep in the middle"
+    with sweep.Store(db) as store:
+        assert store._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        summary = sweep.run_sweep(tiny(SLOWER), store, executor="serial")
+    after = _stored(db)
+    assert summary.executed == total - len(before) and summary.skipped == len(before)
+    assert len(after) == total
+    assert all(after[key] == finished for key, finished in before.items())  # nothing finished was redone
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
+    toml, db = tmp_path / "slower.toml", tmp_path / "s.db"
+    toml.write_text(SLOWER)
+    proc = _sweep_process(toml, db, "--executor", "local", "--workers", "2")
+    try:
+        _wait_for_runs(proc, db, 2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        _stop_group(proc)
+    assert proc.returncode == 130, err.decode()
+    assert b"interrupted" in out and b"Traceback" not in err
+    kept = _stored(db)
+    with sweep.Store(db) as store:
+        summary = sweep.run_sweep(tiny(SLOWER), store, executor="serial")
+    assert summary.skipped == len(kept) and store is not None
+
+
+def test_dask_local_cluster_runs_the_sweep_into_the_store(tmp_path):
+    pytest.importorskip("distributed", reason="the Dask executor needs dask[distributed]")
+    exp = tiny()
+    with sweep.Store(tmp_path / "serial.db") as serial, sweep.Store(tmp_path / "dask.db") as store:
+        sweep.run_sweep(exp, serial, executor="serial")
+        summary = sweep.run_sweep(exp, store, executor="dask", workers=2, dask_processes=False)
+        assert summary.statuses == {"done": 8} and not summary.interrupted
+        assert finals(store) == finals(serial)
+        assert sweep.run_sweep(exp, store, executor="dask", workers=2, dask_processes=False).executed == 0
+
+
+@pytest.mark.slow
+def test_dask_executor_on_an_existing_scheduler_address(tmp_path):
+    distributed = pytest.importorskip("distributed", reason="the Dask executor needs dask[distributed]")
+    exp = tiny(seeds=[0])
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster, sweep.Store(tmp_path / "d.db") as store:
+        summary = sweep.run_sweep(exp, store, executor="dask", scheduler=cluster.scheduler_address)
+        assert summary.statuses == {"done": 4}
+        hosts = {store.run(s.key)["host"] for s in exp.expand()}
+        assert len(hosts) == 1
