@@ -11,18 +11,20 @@ import numpy as np
 
 from fedopt import algorithms
 from fedopt.algorithms.base import Algorithm, State
-from fedopt.metrics import evaluate
 
 COLUMNS = ("round", "stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
            "prox_evals", "floats_up", "floats_down", "seconds")
 
 
 class History:
-    """The recorded rows of a run, one per evaluation; ``history["stationarity"]`` is a NumPy column."""
+    """The recorded rows of a run, one per evaluation; ``history["stationarity"]`` is a NumPy column.
 
-    columns = COLUMNS
+    The columns are :data:`COLUMNS` followed by the method's ``extra_columns`` (the consensus
+    error of decentralized methods, the gap measures of VI methods, ...).
+    """
 
-    def __init__(self):
+    def __init__(self, columns=COLUMNS):
+        self.columns = tuple(columns)
         self.rows: list[dict] = []
 
     def append(self, row: dict) -> None:
@@ -141,12 +143,12 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         x0 = problem.init(seed)
     rng = np.random.default_rng(seed)
     state = method.init(problem, regularizer, rng, x0)
-    history = History()
+    history = History(COLUMNS + tuple(c for c in method.extra_columns if c not in COLUMNS))
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     start = time.perf_counter()
 
     def record(state):
-        row = {"round": state.round, **evaluate(problem, regularizer, state.x, state.z, gamma),
+        row = {"round": state.round, **method.evaluate(state, gamma),
                **{f.name: getattr(state.costs, f.name) for f in fields(state.costs)},
                "seconds": time.perf_counter() - start}
         if not (math.isfinite(row["objective"]) and math.isfinite(row["stationarity"])):

@@ -69,6 +69,8 @@ class Algorithm:
     """
 
     name: ClassVar[str] = ""
+    #: History columns this method records beyond :data:`fedopt.run.COLUMNS` (see :meth:`evaluate`).
+    extra_columns: ClassVar[tuple[str, ...]] = ()
     #: Positive real hyperparameters, checked in ``__post_init__``.
     positive: ClassVar[tuple[str, ...]] = ()
 
@@ -93,6 +95,14 @@ class Algorithm:
 
     def check(self, problem, regularizer) -> None:
         """Refuse hyperparameters that the regularizer cannot take (``step * rho >= 1``)."""
+
+    def evaluate(self, state: State, gamma: float) -> dict:
+        """The history's model columns at ``state``: :func:`fedopt.metrics.evaluate` at the
+        reported model, plus one value per name in ``extra_columns`` where a method adds some."""
+        from fedopt.metrics import evaluate
+
+        env = state.env
+        return evaluate(env.problem, env.regularizer, state.x, state.z, gamma)
 
     # ---- helpers for the methods
     def local_loop(self, env: Env, Z, P, D, lr: float, prox_steps=None):
