@@ -136,6 +136,27 @@ def test_parallel_kernel_matches_the_reference():
     np.testing.assert_allclose(fast.client_grad(W, rows), ref.client_grad(W, rows), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["logistic", "softmax"])
+def test_parallel_fused_local_steps_match_the_reference(name):
+    # 8 clients x 2 steps x 64 rows x 300 features: enough work for the prange variant
+    from fedopt.kernels.cpu import _jit
+
+    ref, fast = (build(name, backend=b, n_samples=2000, d=300, n_clients=8) for b in ("numpy", "numba"))
+    rows = ref.sample_rows(np.random.default_rng(0), 64, steps=2)
+    assert rows.size * 300 >= _jit.PARALLEL_MIN_WORK
+    start = np.stack([random_point(ref, seed=i, spread=0.05) for i in range(8)])
+    shift = np.random.default_rng(1).normal(size=start.shape) * 0.01
+    thetas = np.tile([1e-3, 1.0], (2, 1))  # soft-thresholding at 1e-3
+    Z, P = start.copy(), start.copy()
+    assert fast.fused_local_steps(rows, shift, 0.1, K.SOFT, thetas, np.empty((0, 0)), Z, P)
+    Z_ref, P_ref = start.copy(), start.copy()
+    for step in range(2):  # one oracle call and one prox per step
+        Z_ref -= 0.1 * (ref.client_grad(P_ref, rows[step]) + shift)
+        P_ref = np.sign(Z_ref) * np.maximum(np.abs(Z_ref) - 1e-3, 0)
+    np.testing.assert_allclose(Z, Z_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(P, P_ref, rtol=1e-10, atol=1e-12)
+
+
 def test_samples_weights_give_the_pooled_scikit_learn_losses():
     for name, loss_of in [
         ("logistic", lambda p, x, X, y: log_loss(y, 1 / (1 + np.exp(-(X @ x[:-1] + x[-1]))))),
