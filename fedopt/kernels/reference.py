@@ -173,8 +173,13 @@ def sigmoid(x):
 
 
 def array_module(a):
-    """NumPy for NumPy arrays, CuPy for CuPy arrays (without importing CuPy here)."""
-    return np if isinstance(a, np.ndarray) else a.__array_namespace__()
+    """NumPy for NumPy arrays (and SciPy sparse matrices), CuPy for CuPy arrays; CuPy is
+    imported only when one of its arrays is passed in."""
+    if type(a).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
 
 
 def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
