@@ -7,6 +7,18 @@ Server-client methods: ``fednmap`` (FedNMap), ``zhang`` (Zhang et al. 2024a), ``
 ``fedda``: FedDA, Euclidean federated dual averaging (convex regularizers only).
 ``feddr``: FedDR, federated Douglas-Rachford splitting.
 ``fedadmm``: FedADMM of Wang, Marella and Anderson (2022).
+Decentralized methods (:mod:`fedopt.algorithms.decentralized`, nodes gossiping on a graph):
+``depositum``: DEPOSITUM, momentum on a gradient tracker, gossip every ``comm_period`` steps.
+``depositum-no-tracking``: DEPOSITUM without gradient tracking (ablation).
+``prox-dsgt``: proximal decentralized gradient tracking, one gossip per step.
+``deepstorm``: DEEPSTORM, single-gossip variant.
+Variational-inequality methods (:mod:`fedopt.algorithms.vi`, on the problems of :mod:`fedopt.problems.vi`):
+``local-extra-sgd``: Local Extra SGD, stochastic extragradient with local steps (Wang and Kale, eq. (4)).
+``lippax``: LIPPAX, local inexact proximal point with an extra step (Algorithm 1).
+``slippax``: SLIPPAX, LIPPAX with Gaussian smoothing in the inner loop (Algorithm 2).
+``local-dual-extrapolation``: local dual extrapolation for composite VIs (eq. (13)).
+``local-sgda``: Local SGDA, FedAvg on the operator (eq. (11)); diverges on bilinear games.
+``minibatch-extragradient``: synchronous minibatch stochastic extragradient, no local steps.
 :func:`available` lists the names that :func:`fedopt.run` accepts; :func:`make` builds one from
 keyword hyperparameters and refuses unknown names.
 """
@@ -16,6 +28,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from fedopt.algorithms.base import Algorithm, Costs, Env, State
+from fedopt.algorithms.decentralized import DeepStorm, Depositum, DepositumNoTracking, ProxDSGT
 from fedopt.algorithms.fedadmm import FedADMM
 from fedopt.algorithms.fedavg import FedAvg
 from fedopt.algorithms.fedcanon import FedCanon, FedCanon2
@@ -25,11 +38,14 @@ from fedopt.algorithms.fedmid import FedMiD
 from fedopt.algorithms.fednmap import FedNMap
 from fedopt.algorithms.scaffnew import Scaffnew
 from fedopt.algorithms.scaffold import Scaffold
+from fedopt.algorithms.vi import (LIPPAX, SLIPPAX, LocalDualExtrapolation, LocalExtraSGD, LocalSGDA,
+                                  MinibatchExtragradient)
 from fedopt.algorithms.zhang import Zhang
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (FedNMap, Zhang, FedCanon, FedCanon2, Scaffold, FedAvg, Scaffnew, FedMiD, FedDA,
-                              FedDR, FedADMM)
+                              FedDR, FedADMM, Depositum, DepositumNoTracking, ProxDSGT, DeepStorm,
+                              LocalExtraSGD, LIPPAX, SLIPPAX, LocalDualExtrapolation, LocalSGDA, MinibatchExtragradient)
 }
 
 
@@ -62,5 +78,7 @@ def _cls(name: str) -> type[Algorithm]:
     return ALGORITHMS[name]
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Costs", "Env", "FedADMM", "FedAvg", "FedCanon", "FedCanon2", "FedDA", "FedDR",
-           "FedMiD", "FedNMap", "Scaffnew", "Scaffold", "State", "Zhang", "available", "hyperparameters", "make"]
+__all__ = ["ALGORITHMS", "Algorithm", "Costs", "DeepStorm", "Depositum", "DepositumNoTracking", "Env", "FedADMM",
+           "FedAvg", "FedCanon", "FedCanon2", "FedDA", "FedDR", "FedMiD", "FedNMap", "ProxDSGT", "Scaffnew", "Scaffold",
+           "State", "Zhang", "available", "hyperparameters", "make",
+           "LIPPAX", "SLIPPAX", "LocalDualExtrapolation", "LocalExtraSGD", "LocalSGDA", "MinibatchExtragradient"]

@@ -69,6 +69,13 @@ The fused local loop (CPU only: :mod:`.reference` and :mod:`.cpu`)
     ``prox_kind`` at parameters ``thetas[l]`` (IDENTITY copies; ``P`` may be ``Z`` itself).
     ``D`` is ``(n, p)`` or ``(0, 0)``. On the CPU this is one ``prange`` over clients whose Q
     steps run serially in cache.
+
+Gossip over neighbour lists (CPU only: :mod:`.reference` and :mod:`.cpu`)
+-------------------------------------------------------------------------
+``mix_sparse(indptr, indices, weights, V, out)``
+    ``out = W @ V`` for a sparse mixing matrix ``W`` in CSR form (node ``i``'s neighbours and
+    itself at ``indices[indptr[i]:indptr[i+1]]``), ``V`` and ``out`` ``(n, p)``, ``out`` not ``V``.
+    The GPU backend multiplies by a ``cupyx.scipy.sparse`` matrix instead.
 """
 
 #: The functions every kernel module (reference, cpu, gpu) provides, with the signatures above.

@@ -247,3 +247,13 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
         Z -= lr * (G + D) if D.size else lr * G
         P[...] = _elementwise(Z, prox_kind, thetas[step], w)
     return Z, P
+
+
+def mix_sparse(indptr, indices, weights, V, out):
+    """One gossip ``out = W @ V`` over neighbour lists: ``W`` in CSR form ``(indptr, indices, weights)``.
+
+    Row ``i`` is ``sum_k weights[k] * V[indices[k]]`` for ``k`` in ``indptr[i]:indptr[i+1]``; every
+    row has at least one entry (a mixing matrix's rows sum to 1). ``out`` must not be ``V``.
+    """
+    out[...] = np.add.reduceat(weights.astype(V.dtype)[:, None] * V[indices], indptr[:-1], axis=0)
+    return out

@@ -14,12 +14,13 @@ from fedopt.kernels.batched import mlp_oracle  # BLAS batched products are the f
 from fedopt.kernels.cpu import elementwise as _elementwise
 from fedopt.kernels.cpu import models as _models
 from fedopt.kernels.cpu import rows as _rows
+from fedopt.kernels.cpu.mixing import mix_sparse
 from fedopt.kernels.cpu.rows import project_l1_ball, project_l2_ball, project_simplex
 
 # LAPACK does the SVD: the batched NumPy call is already the fast path (no hand-written SVD).
 from fedopt.kernels.reference import prox_nuclear
 
-__all__ = [*KERNEL_NAMES, "local_steps_linear"]
+__all__ = [*KERNEL_NAMES, "local_steps_linear", "mix_sparse"]
 
 
 def prox_elementwise(z, kind, theta, w, out):
