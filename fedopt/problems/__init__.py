@@ -4,12 +4,20 @@
 layer). Each owns a :class:`~fedopt.datasets.FederatedDataset`, the client weights
 (``"uniform"`` or ``"samples"``) and a backend; see :class:`~fedopt.problems.base.Problem` for
 the oracles.
+
+Variational inequalities (:mod:`fedopt.problems.vi`) have no data set: ``BilinearGame``,
+``QuadraticGame``, ``SmoothGame``, ``RobustLeastSquares`` and ``L1BilinearGame`` are monotone
+operators with a stochastic oracle over clients (``VI_PROBLEMS``; also in ``PROBLEMS``).
 """
 
 from fedopt.problems.base import WEIGHTS, Problem
 from fedopt.problems.linear import LeastSquares, LinearModel, Logistic, Softmax
 from fedopt.problems.mlp import MLP
+from fedopt.problems.vi import (VI_PROBLEMS, BilinearGame, L1BilinearGame, QuadraticGame, RobustLeastSquares,
+                                SmoothGame, VIProblem)
 
-PROBLEMS = {cls.name: cls for cls in (LeastSquares, Logistic, Softmax, MLP)}
+PROBLEMS = {**{cls.name: cls for cls in (LeastSquares, Logistic, Softmax, MLP)}, **VI_PROBLEMS}
 
-__all__ = ["LeastSquares", "LinearModel", "Logistic", "MLP", "PROBLEMS", "Problem", "Softmax", "WEIGHTS"]
+__all__ = ["LeastSquares", "LinearModel", "Logistic", "MLP", "PROBLEMS", "Problem", "Softmax", "WEIGHTS",
+           "BilinearGame", "L1BilinearGame", "QuadraticGame", "RobustLeastSquares", "SmoothGame", "VIProblem",
+           "VI_PROBLEMS"]

@@ -47,6 +47,8 @@ An experiment file has three kinds of tables::
     lines = "dataset.n_clients"  # optional: the key that tells the curves apart in the plots
     slope = "dataset.n_clients"  # optional: fit log(final stationarity) against log(this key)
     paper_slope = -1.436         # optional: the paper's value, printed next to ours
+    predicted_slope = -1.5       # optional: the slope a theorem predicts, printed next to ours
+    metric = "stationarity"      # optional: the history column whose final value is tabulated and fitted
 
 Grid keys are paths below ``[run]`` (``"algorithm.name"``, ``"regularizer.lam"``,
 ``"rounds"``, ``"params.alpha"``). An experiment without ``[[grid]]`` is one configuration times
@@ -66,6 +68,13 @@ eta_a = 1/Q; FedCanon's server step alpha is ``lr_server = "alpha / (lr_local * 
 ``"params.alpha" = [0.01, 0.05]`` on a grid. ``params`` exist only for expressions and labels:
 the stored run holds the resulting numbers, so that two grid points giving the same numbers are
 one run. Nothing else is evaluated (no attribute access, no other names).
+
+**Problems without a data set.** The variational inequalities of :mod:`fedopt.problems.vi`
+(``[run.problem] name = "bilinear_game"``, ``"quadratic_game"``, ...) are synthetic operators:
+their options (``n_clients``, ``sigma``, ``heterogeneity``, ``dim``, ...) go in ``[run.problem]``,
+an experiment on them has no ``[run.dataset]`` table (one is refused), and the name ``n`` of the
+expressions is the problem's ``n_clients``. Their methods record gap measures; a grid's
+``metric = "gap"`` (or ``"distance"``, ``"gap_bound"``, ...) tabulates and fits that column.
 
 **Errors** name the file, the line and the key; unknown tables and keys are refused.
 """
@@ -93,7 +102,7 @@ BUILTIN_DIR = Path(__file__).resolve().parent.parent / "experiments"
 RUN_KEYS = {"rounds", "eval_every", "seeds", "metric_gamma", "backend", "tol"}
 SECTIONS = ("dataset", "problem", "regularizer", "algorithm", "params")
 EXPERIMENT_KEYS = {"name", "title", "description", "paper", "from_paper", "defaults"}
-GRID_KEYS = {"name", "title", "lines", "slope", "paper_slope"}
+GRID_KEYS = {"name", "title", "lines", "slope", "paper_slope", "predicted_slope", "metric"}
 BACKENDS = ("numpy", "numba", "gpu", "auto")
 #: Keys of the run configuration that do not change the result, and so stay out of its hash.
 UNHASHED = ("backend",)
@@ -147,9 +156,26 @@ def _dataset_options(name: str) -> dict:
 
 
 def _problem_options(name: str) -> dict:
+    """The options of a problem class, following ``**options`` up to the base classes' ``__init__``."""
     from fedopt.problems import PROBLEMS
 
-    return _signature_defaults(PROBLEMS[name].__init__, skip=("dataset", "backend"))[0]
+    options = {}
+    for cls in PROBLEMS[name].__mro__:
+        if "__init__" not in cls.__dict__:
+            continue
+        params, var_kw = _signature_defaults(cls.__init__, skip=("dataset", "backend"))
+        for key, default in params.items():
+            options.setdefault(key, default)
+        if not var_kw:
+            break
+    return options
+
+
+def _without_dataset(problem_name: str) -> bool:
+    """Whether the problem is a synthetic operator of :mod:`fedopt.problems.vi` (no data set)."""
+    from fedopt.problems import VI_PROBLEMS
+
+    return problem_name in VI_PROBLEMS
 
 
 def _regularizer_options(name: str) -> dict:
@@ -285,6 +311,8 @@ class Grid:
     lines: str | None = None
     slope: str | None = None
     paper_slope: float | None = None
+    predicted_slope: float | None = None
+    metric: str = "stationarity"
     index: int = 0
 
     def points(self):
@@ -402,13 +430,20 @@ class Experiment:
         for name, value in params.items():
             if not _is_number(value):
                 raise self.error(f"params are numbers (they feed the expressions), got {value!r}", where(f"params.{name}"))
-        dataset = self._section(base, "dataset", _dataset_options, dataset_names, where)
         problem = self._section(base, "problem", _problem_options, _problem_names, where)
+        if _without_dataset(problem["name"]):
+            if base.get("dataset"):
+                raise self.error(f"problem {problem['name']!r} is a synthetic operator without a data set: remove "
+                                 "[run.dataset] and set n_clients in [run.problem]", where("dataset"))
+            dataset = None
+        else:
+            dataset = self._section(base, "dataset", _dataset_options, dataset_names, where)
+        clients = (dataset or problem).get("n_clients")
         reg_table = dict(base.get("regularizer", {"name": "zero"}))
         reg_table.setdefault("name", "zero")
         base = {**base, "regularizer": reg_table}
-        algorithm = self._algorithm(base, params, dataset, where)
-        names = {**params, "n": dataset.get("n_clients")}
+        algorithm = self._algorithm(base, params, clients, where)
+        names = {**params, "n": clients}
         names.update({k: v for k, v in algorithm.items() if _is_number(v)})
         if "local_steps" in names:
             names["Q"] = names["K"] = names["local_steps"]
@@ -464,7 +499,7 @@ class Experiment:
                 resolved[key] = default
         return dict(sorted(resolved.items()))
 
-    def _algorithm(self, base, params, dataset, where):
+    def _algorithm(self, base, params, clients, where):
         from fedopt import algorithms
 
         table = dict(base.get("algorithm", {}))
@@ -486,7 +521,7 @@ class Experiment:
                                      where(f"algorithm.{method}.{key}"))
         merged = {**table, **per_method.get(name, {})}
         origin = {k: f"algorithm.{name}.{k}" if k in per_method.get(name, {}) else f"algorithm.{k}" for k in merged}
-        names = {**params, "n": dataset.get("n_clients")}
+        names = {**params, "n": clients}
         names.update({k: v for k, v in merged.items() if _is_number(v)})
         steps = merged.get("local_steps", defaults.get("local_steps"))
         if _is_number(steps):
@@ -676,13 +711,20 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
                 raise exp.error(f"names no axis of this grid; its axes are {', '.join(grid.axes) or 'none'}",
                                 f"grid[{index}].{role}")
             setattr(grid, role, chosen)
-        paper_slope = table.get("paper_slope")
-        if paper_slope is not None and not _is_number(paper_slope):
-            raise exp.error(f"a number, got {paper_slope!r}", f"grid[{index}].paper_slope")
-        grid.paper_slope = paper_slope
+        for role in ("paper_slope", "predicted_slope"):
+            value = table.get(role)
+            if value is not None and not _is_number(value):
+                raise exp.error(f"a number, got {value!r}", f"grid[{index}].{role}")
+            setattr(grid, role, value)
+        grid.metric = table.get("metric", "stationarity")
         exp.grids.append(grid)
     if not exp.grids:
         exp.grids = [Grid(name="run", axes={})]
+    columns = _history_columns(exp)
+    for grid in exp.grids:
+        if grid.metric not in columns:
+            raise exp.error(f"names no history column of these methods; choose one of {', '.join(columns)}",
+                            f"grid[{grid.index}].metric")
     used = set(run.get("params", {}))
     for grid in exp.grids:
         used |= {k.split(".", 1)[1] for k in grid.axes if k.startswith("params.")}
@@ -691,6 +733,17 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
         if not re.search(rf"\b{re.escape(param)}\b", _expressions_text(exp)):
             raise exp.error("this parameter is never used in an expression", _param_path(exp, param))
     return exp
+
+
+def _history_columns(exp: Experiment) -> list[str]:
+    """The numeric history columns of the experiment's methods (:data:`fedopt.run.COLUMNS` and their extra ones)."""
+    from fedopt import algorithms
+    from fedopt.run import COLUMNS
+
+    columns = [c for c in COLUMNS if c != "round"]
+    for name in sorted(n for n in exp.algorithms() if n in algorithms.ALGORITHMS):
+        columns += [c for c in algorithms.ALGORITHMS[name].extra_columns if c not in columns]
+    return columns
 
 
 def _expressions_text(exp: Experiment) -> str:

@@ -46,11 +46,14 @@ def build(config: dict):
     cache_key = json.dumps([config["dataset"], config["problem"], config.get("backend", "auto")], sort_keys=True)
     problem = _CACHE.get(cache_key)
     if problem is None:
-        dataset_options = dict(config["dataset"])
-        dataset = _datasets()[dataset_options.pop("name")](**dataset_options)
         problem_options = dict(config["problem"])
-        problem = PROBLEMS[problem_options.pop("name")](dataset, backend=config.get("backend", "auto"),
-                                                         **problem_options)
+        cls = PROBLEMS[problem_options.pop("name")]
+        if config.get("dataset") is None:  # a synthetic operator (fedopt.problems.vi)
+            problem = cls(backend=config.get("backend", "auto"), **problem_options)
+        else:
+            dataset_options = dict(config["dataset"])
+            dataset = _datasets()[dataset_options.pop("name")](**dataset_options)
+            problem = cls(dataset, backend=config.get("backend", "auto"), **problem_options)
         _CACHE[cache_key] = problem
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)

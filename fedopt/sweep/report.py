@@ -4,13 +4,17 @@ For every experiment in the store and every grid of it, the runs are grouped by 
 (all labels but the seed). A group's row gives the mean and the standard deviation over its seeds
 of the final ``||F_nat||^2`` (the last evaluated round), the mean final objective, test accuracy,
 prox evaluations and run time, and how many seeds are done, diverged or failed (only ``done``
-runs enter the means).
+runs enter the means). A grid with ``metric = "gap"`` (any history column: the gap measures of
+the VI methods, ``distance``, ...) tabulates, fits and plots that column's final value instead of
+``||F_nat||^2``; columns without their own store column are read from the stored history.
 
 Slopes: on a grid with ``slope = "dataset.n_clients"`` (or ``"algorithm.local_steps"``) and for
 each setting of its other axes, the least-squares line through ``(log x, log mean_seeds S_final)``;
 the 95 % confidence interval of the slope is ``b +- t_{0.975, k-2} * se(b)`` (scipy.stats), with
 ``k`` points (none below 3 points). This is the FedNMap paper's measure of linear speedup
-(-1.436 against log n in Fig. 3, -1.181 against log Q in Fig. 4).
+(-1.436 against log n in Fig. 3, -1.181 against log Q in Fig. 4). A grid's ``paper_slope``
+(the paper's measured value) and ``predicted_slope`` (what a theorem's rate predicts) are printed
+beside the fitted one.
 
 Figures (PNG, matplotlib, the ``plot`` extra; without it the tables and slopes are still
 printed): per grid, ``GRID_curves.png`` with one panel per setting of the axes other than the
@@ -48,13 +52,16 @@ class Slope:
     high: float
     points: int
     paper: float | None = None
+    predicted: float | None = None
+    metric: str = "stationarity"
 
     def __str__(self) -> str:
         setting = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in self.setting.items())
         ci = f"95% CI [{self.low:.3f}, {self.high:.3f}]" if math.isfinite(self.low) else "no CI with < 3 points"
+        predicted = f"; predicted {self.predicted:g}" if self.predicted is not None else ""
         paper = f"; paper {self.paper:g}" if self.paper is not None else ""
-        return (f"{self.experiment}/{self.grid}{' (' + setting + ')' if setting else ''}: slope of log stationarity "
-                f"against log {_short(self.axis)} = {self.slope:.3f}, {ci}, {self.points} points{paper}")
+        return (f"{self.experiment}/{self.grid}{' (' + setting + ')' if setting else ''}: slope of log {self.metric} "
+                f"against log {_short(self.axis)} = {self.slope:.3f}, {ci}, {self.points} points{predicted}{paper}")
 
 
 def fit_slope(x, y, level: float = 0.95) -> tuple[float, float, float, float]:
@@ -99,8 +106,17 @@ def _group(members):
     return grids
 
 
-def _stats(runs):
-    done = [r for r in runs if r["status"] == "done" and r["final"]["stationarity"] is not None]
+def _final(run, column):
+    """The last recorded value of ``column`` in a run: its store column, else the end of its history."""
+    value = run["final"].get(column)
+    if value is None and column not in run["final"] and run.get("history"):
+        values = run["history"].get(column) or [None]
+        value = values[-1]
+    return value if value is None or math.isfinite(value) else None
+
+
+def _stats(runs, metric="stationarity"):
+    done = [r for r in runs if r["status"] == "done" and _final(r, "stationarity") is not None]
     s = np.array([r["final"]["stationarity"] for r in done])
 
     def mean(column):
@@ -117,11 +133,20 @@ def _stats(runs):
         "objective_mean": mean("objective"), "test_accuracy_mean": mean("test_accuracy"),
         "prox_evals_mean": mean("prox_evals"), "grad_evals_mean": mean("grad_evals"),
         "run_seconds_mean": float(np.mean([r["run_seconds"] for r in done])) if done else math.nan,
+        **({} if metric == "stationarity" else _metric_stats(done, metric)),
     }
 
 
-def _table(axes, rows) -> str:
-    header = [_short(a) for a in axes] + ["seeds ok", "||F_nat||^2 mean", "std", "objective", "test acc",
+def _metric_stats(done, metric):
+    values = np.array([v for v in (_final(r, metric) for r in done) if v is not None], dtype=float)
+    with np.errstate(over="ignore"):  # a run that blew up without reaching inf has a huge final value
+        return {f"{metric}_mean": float(values.mean()) if len(values) else math.nan,
+                f"{metric}_std": float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)}
+
+
+def _table(axes, rows, metric="stationarity") -> str:
+    label = "||F_nat||^2" if metric == "stationarity" else metric
+    header = [_short(a) for a in axes] + ["seeds ok", f"{label} mean", "std", "objective", "test acc",
                                           "prox evals", "seconds"]
     body = []
     for point, st in rows:
@@ -130,7 +155,7 @@ def _table(axes, rows) -> str:
             if st[word]:
                 status += f" ({st[word]} {word})"
         body.append([_fmt(point.get(a)) for a in axes] + [
-            status, f"{st['stationarity_mean']:.3e}", f"{st['stationarity_std']:.1e}", f"{st['objective_mean']:.5g}",
+            status, f"{st[metric + '_mean']:.3e}", f"{st[metric + '_std']:.1e}", f"{st['objective_mean']:.5g}",
             f"{st['test_accuracy_mean']:.3f}", f"{st['prox_evals_mean']:.0f}", f"{st['run_seconds_mean']:.2f}"])
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
@@ -195,8 +220,9 @@ def report(store, out=None, experiment: str | None = None, plots: bool = True, s
                 grid = grids.get(grid_name, {"name": grid_name, "varied": [], "axes": {}})
                 axes = grid["varied"] or []
                 say(f"-- {grid_name}{': ' + grid['title'] if grid.get('title') else ''}")
-                rows = [(json.loads(p), _stats(runs)) for p, runs in points.items()]
-                say(_table(axes, rows))
+                metric = grid.get("metric") or "stationarity"
+                rows = [(json.loads(p), _stats(runs, metric)) for p, runs in points.items()]
+                say(_table(axes, rows, metric))
                 for point, st in rows:
                     csv_rows.append({"grid": grid_name, **{_short(k): v for k, v in point.items()}, **st})
                 for slope in _slopes(exp["name"], grid, rows):
@@ -215,7 +241,7 @@ def report(store, out=None, experiment: str | None = None, plots: bool = True, s
             result["tables"].append(path)
             say()
         if result["slopes"]:
-            say("slopes (log final stationarity against log of the axis, mean over seeds, 95% t interval):")
+            say("slopes (log of the final metric against log of the axis, mean over seeds, 95% t interval):")
             for slope in result["slopes"]:
                 say(f"    {slope}")
         if result["figures"]:
@@ -243,10 +269,11 @@ def _slopes(experiment, grid, rows):
     if not axis:
         return []
     others = [a for a in grid["varied"] if a != axis]
+    metric = grid.get("metric") or "stationarity"
     settings: dict = {}
     for point, st in rows:
         setting = json.dumps({a: point.get(a) for a in others}, sort_keys=True)
-        settings.setdefault(setting, []).append((point.get(axis), st["stationarity_mean"]))
+        settings.setdefault(setting, []).append((point.get(axis), st[f"{metric}_mean"]))
     slopes = []
     for setting, pairs in settings.items():
         pairs = [(x, y) for x, y in pairs if isinstance(x, (int, float)) and x > 0 and y > 0 and math.isfinite(y)]
@@ -254,7 +281,7 @@ def _slopes(experiment, grid, rows):
             continue
         b, a, low, high = fit_slope([x for x, _ in pairs], [y for _, y in pairs])
         slopes.append(Slope(experiment, grid["name"], axis, json.loads(setting), b, a, low, high, len(pairs),
-                            grid.get("paper_slope")))
+                            grid.get("paper_slope"), grid.get("predicted_slope"), metric))
     return slopes
 
 
@@ -270,6 +297,8 @@ def _matplotlib():
 
 def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes):
     varied = grid["varied"]
+    metric = grid.get("metric") or "stationarity"
+    label = r"$\|F_{nat}(x_t)\|^2$" if metric == "stationarity" else metric
     lines_axis = grid.get("lines") or ("algorithm.name" if "algorithm.name" in varied else
                                       (varied[0] if varied else None))
     panel_axes = [a for a in varied if a != lines_axis]
@@ -291,14 +320,14 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes):
                 continue
             length = min(len(c["round"]) for c in curves)
             rounds = np.array(curves[0]["round"][:length])
-            values = np.array([c["stationarity"][:length] for c in curves], dtype=float)
+            values = np.array([c[metric][:length] for c in curves], dtype=float)
             label = f"{_short(lines_axis)} = {_fmt(point.get(lines_axis))}" if lines_axis else "mean over seeds"
             (line,) = ax.plot(rounds, values.mean(0), label=label, lw=1.5)
             if len(curves) > 1:
                 ax.fill_between(rounds, values.min(0), values.max(0), color=line.get_color(), alpha=0.15, lw=0)
         ax.set_yscale("log")
         ax.set_xlabel("communication round")
-        ax.set_ylabel(r"$\|F_{nat}(x_t)\|^2$")
+        ax.set_ylabel(label)
         setting = json.loads(panel)
         ax.set_title(", ".join(f"{_short(a)} = {_fmt(v)}" for a, v in setting.items()) or grid.get("title") or "",
                      fontsize=9)
@@ -320,7 +349,7 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes):
                 point = json.loads(point_json)
                 if any(point.get(a) != v for a, v in slope.setting.items()):
                     continue
-                finals = [r["final"]["stationarity"] for r in runs if r["status"] == "done"]
+                finals = [v for v in (_final(r, metric) for r in runs if r["status"] == "done") if v is not None]
                 xs += [point[axis]] * len(finals)
                 ys += finals
                 if finals:
@@ -342,9 +371,10 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes):
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(_short(axis))
-        ax.set_ylabel(r"final $\|F_{nat}\|^2$")
+        ax.set_ylabel(f"final {label}")
         paper = f"; paper {slopes[0].paper:g}" if slopes[0].paper is not None else ""
-        ax.set_title(f"{grid.get('title') or grid['name']}{paper}", fontsize=9)
+        predicted = f"; predicted {slopes[0].predicted:g}" if slopes[0].predicted is not None else ""
+        ax.set_title(f"{grid.get('title') or grid['name']}{predicted}{paper}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         path = folder / f"{grid['name']}_slope.png"

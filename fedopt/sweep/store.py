@@ -133,7 +133,8 @@ class Store:
         meta = {"title": experiment.title, "description": experiment.description, "paper": experiment.paper,
                 "from_paper": experiment.from_paper, "defaults": experiment.defaults,
                 "grids": [{"name": g.name, "title": g.title, "axes": g.axes, "varied": g.varied, "lines": g.lines,
-                           "slope": g.slope, "paper_slope": g.paper_slope} for g in experiment.grids]}
+                           "slope": g.slope, "paper_slope": g.paper_slope, "predicted_slope": g.predicted_slope,
+                           "metric": g.metric} for g in experiment.grids]}
         with self._transaction():
             self._db.execute("INSERT OR REPLACE INTO experiments VALUES (?, ?, ?, ?, ?)",
                              (experiment.name, experiment.source, experiment.text, _json(meta), time.time()))

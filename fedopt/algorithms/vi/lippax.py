@@ -1,0 +1,115 @@
+"""LIPPAX and SLIPPAX (Wang and Kale, "Faster Rates for Federated Variational Inequalities", Algorithms 1 and 2)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fedopt.algorithms.vi.base import LocalVIMethod
+
+
+@dataclass(frozen=True)
+class LIPPAX(LocalVIMethod):
+    """LIPPAX, Local Inexact Proximal Point Algorithm with Extra step (Algorithm 1).
+
+    Hyperparameters and the paper's symbols: ``local_steps`` = K, ``lr_local`` = eta (the step of
+    the proximal point and of the extra step), ``inner_steps`` = H (SGD steps on each proximal
+    subproblem), ``lr_inner`` = gamma (default ``eta / (1 + eta L)^2 = 1/(eta (L + 1/eta)^2)``,
+    the theorems' choice, with L the problem's Lipschitz constant). Local step t of client m:
+
+    * from ``x_{t,0} = z_{t-1}^m``, H steps ``x_{t,l} = x_{t,l-1} - gamma (Vt_m(x_{t,l-1}) +
+      (x_{t,l-1} - z_{t-1}^m) / eta)``: SGD on the ``(1/eta)``-strongly monotone operator whose
+      zero is the proximal point ``(I + eta V)^{-1} z_{t-1}^m``; ``x_t^m = x_{t,H}``;
+    * ``zhat = z_{t-1}^m - eta Vt_m(x_t^m)``; ``z_t^m = zhat``, or ``avg_m' zhat`` at ``t = K, 2K, ...``.
+
+    Output: the average of ``x_t^m`` over all steps and clients. Costs per round and client:
+    ``K (H + 1)`` oracle calls, one vector up and one down (the inner iterates never travel).
+
+    H: the inner SGD contracts by ``rho = 1 - 1/(1 + eta L)^2 <= 3/4`` per step (the paper's
+    ``1/4`` is an erratum, specs/lippax.md Sec. 2.2), so H of order ``2 ln(K R) / ln(1/rho)``
+    suffices. ``H < 3`` is refused: with H = 1 the method is extragradient with extrapolation
+    step ``eta/4`` and update step eta, which is unstable on skew (bilinear) operators; H = 1
+    and H = 2 diverge at ``eta = 1/L`` on a random bilinear game (the spec's sanity run).
+    """
+
+    name = "lippax"
+
+    inner_steps: int = 8
+    lr_inner: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        H = self.inner_steps
+        if isinstance(H, bool) or int(H) != H or H < 3:
+            raise ValueError(f"inner_steps (H) must be an integer >= 3, got {H!r}: with H = 1 LIPPAX is extragradient "
+                             "with extrapolation step eta/4 and update step eta, which diverges on bilinear games at "
+                             "eta = 1/L, and H = 2 diverges there too (specs/lippax.md Sec. 2.2)")
+        object.__setattr__(self, "inner_steps", int(H))
+        if self.lr_inner is not None:
+            value = float(self.lr_inner)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"lr_inner must be a finite number > 0 or None (eta / (1 + eta L)^2), got {value!r}")
+            object.__setattr__(self, "lr_inner", value)
+
+    def inner_step(self, problem) -> float:
+        """gamma: ``lr_inner``, or ``eta / (1 + eta L)^2``."""
+        eta = self.lr_local
+        return self.lr_inner if self.lr_inner is not None else eta / (1 + eta * problem.lipschitz) ** 2
+
+    def smoothing(self, problem) -> float:
+        """delta of the Gaussian smoothing (0: plain LIPPAX)."""
+        return 0.0
+
+    def round(self, state):
+        env = state.env
+        problem, eta, steps, H = env.problem, self.lr_local, self.local_steps, self.inner_steps
+        gamma, delta = self.inner_step(problem), self.smoothing(problem)
+        noise = problem.sample_noise(env.rng, steps * (H + 1))
+        shifts = problem.standard_normal(env.rng, (steps * H, problem.n_clients, problem.n_params)) if delta else None
+        Z = self.per_client(problem, state.vars["z"])
+        points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
+        for k in range(steps):
+            X = Z.copy()
+            for inner in range(H):
+                at = X if shifts is None else X + delta * shifts[k * H + inner]
+                X = X - gamma * (self.oracle(problem, at, noise, k * (H + 1) + inner) + (X - Z) / eta)
+            Z = Z - eta * self.oracle(problem, X, noise, k * (H + 1) + H)
+            points += problem.average(X)
+        z, drift = self.synchronize(problem, Z)
+        costs = self.vi_costs(problem, steps * (H + 1), up=1, down=1)
+        return self.advance(state, z, points, steps, drift, costs, 1)
+
+
+@dataclass(frozen=True)
+class SLIPPAX(LIPPAX):
+    """SLIPPAX (Algorithm 2, Theorem 5): LIPPAX whose inner steps query the oracle at Gaussian-perturbed points.
+
+    Inner step: ``x_{t,l} = x_{t,l-1} - gamma (Vt_m(x_{t,l-1} + delta s) + (x_{t,l-1} - z_{t-1}^m) / eta)``
+    with a fresh ``s ~ N(0, I_p)`` (drawn on the host from the run's generator); the extra step
+    is not perturbed. This solves the proximal subproblem of the smoothed operator
+    ``E_s V(x + delta s)``, whose Jacobian is Lipschitz whatever V (Lemma 20).
+
+    ``smoothing`` = delta; default ``eta * sigma / p^(1/4)``, the radius of the proof of
+    Theorem 5 (before eq. (59)): the statement's ``eta sigma / sqrt(p)`` does not balance the
+    two delta terms of (58) (specs/lippax.md Sec. 2.3). With sigma = 0 that is 0 and SLIPPAX is
+    LIPPAX. Other hyperparameters and costs as in :class:`LIPPAX` (plus p normal draws per inner
+    step and client).
+    """
+
+    name = "slippax"
+
+    smoothing_radius: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.smoothing_radius is not None:
+            value = float(self.smoothing_radius)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"smoothing_radius must be a finite number >= 0 or None (eta sigma / p^(1/4)), "
+                                 f"got {value!r}")
+            object.__setattr__(self, "smoothing_radius", value)
+
+    def smoothing(self, problem) -> float:
+        if self.smoothing_radius is not None:
+            return self.smoothing_radius
+        return self.lr_local * problem.sigma / problem.n_params ** 0.25
