@@ -84,6 +84,10 @@ def _gpu_problem() -> str | None:
             return "a CuPy test kernel returned a wrong result"
     except Exception as exc:
         return f"CuPy cannot run a kernel ({exc.__class__.__name__}: {exc})"
+    if not hasattr(np, "row_stack"):
+        # numba-cuda (0.30.4 and older) registers an overload of np.row_stack, which NumPy 2.5
+        # removed; it was an alias of vstack, so restoring the alias lets its kernels compile.
+        np.row_stack = np.vstack
     try:
         importlib.import_module("numba.cuda")
     except Exception as exc:
