@@ -80,6 +80,7 @@ def _title(path) -> str:
 
 # ---------------------------------------------------------------------------------------------- run
 def _run(args) -> int:
+    from fedopt.problems import VI_PROBLEMS
     from fedopt.sweep.config import load_experiment, parse_experiment
     from fedopt.sweep.execute import execute_run
     from fedopt.sweep.store import Store
@@ -95,7 +96,13 @@ def _run(args) -> int:
             exp.run[section] = {"name": value, **keep}
             for grid in exp.grids:
                 grid.axes = {k: v for k, v in grid.axes.items() if not k.startswith(section + ".")}
-    flags = {"rounds": args.rounds, "dataset.n_clients": args.n_clients, "backend": args.backend}
+    synthetic = exp.run["problem"]["name"] in VI_PROBLEMS  # a game: no data set, its own n_clients
+    if synthetic:
+        exp.run.pop("dataset", None)
+        if args.regularizer is None and not args.config:  # the default run's elastic net is for models
+            exp.run["regularizer"] = {"name": "zero"}
+    flags = {"rounds": args.rounds, ("problem" if synthetic else "dataset") + ".n_clients": args.n_clients,
+             "backend": args.backend}
     overrides = {k: v for k, v in flags.items() if v is not None}
     overrides.update(_assignments(args.set))
     overrides["seeds"] = [args.seed if args.seed is not None else exp.seeds[0]]
@@ -106,8 +113,9 @@ def _run(args) -> int:
                          "use `fedopt sweep`, or fix the grid's axes with --set KEY=VALUE")
     spec = specs[0]
     cfg = spec.config
+    data = cfg.get("dataset") or {"name": "no data set", "n_clients": cfg["problem"].get("n_clients")}
     print(f"{cfg['algorithm']['name']} on {cfg['problem']['name']} + {cfg['regularizer']['name']}, "
-          f"{cfg['dataset']['name']} with {cfg['dataset'].get('n_clients')} clients, {cfg['rounds']} rounds, "
+          f"{data['name']} with {data.get('n_clients')} clients, {cfg['rounds']} rounds, "
           f"seed {cfg['seed']} (run {spec.key[:12]})")
     record = execute_run(cfg)
     if record["status"] == "failed":

@@ -32,3 +32,15 @@ def test_unknown_command_exits_with_usage():
     with pytest.raises(SystemExit) as exc:
         main(["sweep-everything"])
     assert exc.value.code == 2
+
+
+def test_run_a_game_without_a_data_set(tmp_path, capsys):
+    out = tmp_path / "history.csv"
+    assert main(["run", "--problem", "bilinear_game", "--algorithm", "lippax", "--rounds", "5", "--n-clients", "4",
+                 "--set", "algorithm.lr_local=1.0", "--out", str(out)]) == 0
+    assert "bilinear_game + zero, no data set with 4 clients" in capsys.readouterr().out
+    header, *rows = out.read_text().splitlines()
+    columns = header.split(",")
+    assert "gap" in columns and [row.split(",")[0] for row in rows] == ["0", "5"]
+    first, last = (dict(zip(columns, map(float, row.split(",")))) for row in (rows[0], rows[-1]))
+    assert last["distance"] < first["distance"]
