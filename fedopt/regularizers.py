@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedopt import kernels as K
-from fedopt._backend import Backend, backend_for, canonical_dtype
+from fedopt._backend import Backend, backend_for
 
 _NO_ROWS = {}  # (backend name, dtype) -> an empty (0, 0) array, the "absent" marker of the kernels
 

@@ -658,7 +658,7 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
     exp = Experiment(name=name or "experiment", run={}, seeds=[0], grids=[], source=source, text=text, lines=lines)
     for table in data:
         if table not in ("experiment", "run", "grid"):
-            raise exp.error(f"unknown table; an experiment has [experiment], [run] and [[grid]] tables", table)
+            raise exp.error("unknown table; an experiment has [experiment], [run] and [[grid]] tables", table)
     meta = data.get("experiment", {})
     for key, value in meta.items():
         if key not in EXPERIMENT_KEYS:
