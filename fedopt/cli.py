@@ -4,7 +4,7 @@
 ``fedopt sweep``    expand an experiment (TOML file or built-in name) into runs, execute, store
 ``fedopt report``   tables, PNG figures and fitted slopes of a store
 ``fedopt list``     algorithms, problems, regularizers, datasets, built-in experiments, backends
-``fedopt bench``    a short summary of the benchmark suite; ``--sweep`` measures runs per second
+``fedopt bench``    the standard shapes against their floor; ``--sweep``: runs/s; ``--startup``
 ``fedopt demo``     the linear-speedup sweep on the bundled digits and its report (``--quick``: the tour)
 """
 
@@ -184,11 +184,44 @@ def _report(args) -> int:
 
 # -------------------------------------------------------------------------------------------- bench
 def _bench(args) -> int:
+    if args.list:
+        return _bench_list()
     if args.sweep:
-        from fedopt.sweep.bench import bench_sweep
+        from fedopt.sweep.bench import bench_sweep, sweep_breakdown
 
-        bench_sweep(workers=args.workers or [1, 2], experiment=args.experiment)
+        rows = bench_sweep(workers=args.workers or [1, 2], experiment=args.experiment, rounds=args.rounds,
+                           seeds=args.seeds)
+        breakdown = sweep_breakdown(args.experiment, rounds=args.rounds, seeds=args.seeds) if args.breakdown else None
+        _bench_json(args.json, {"sweep": rows, "breakdown": breakdown})
         return 0
+    if args.startup:
+        from fedopt.bench import import_seconds, startup_seconds
+
+        result = startup_seconds(repeats=args.repeats)
+        result["imports"] = imports = import_seconds()
+        print("    imports (each with what it imports first): "
+              + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in imports.items()))
+        _bench_json(args.json, {"startup": result})
+        return 0
+    from fedopt import bench
+
+    bench.main(backend=args.backend, quick=args.quick, dtypes=args.dtype, clients=args.clients,
+               families=args.family, peers=args.peers, json_path=args.json)
+    return 0
+
+
+def _bench_json(path, document) -> None:
+    if path:
+        import json
+
+        from fedopt.bench import machine
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"machine": machine(), **document}, indent=1), encoding="utf-8")
+        print(f"written to {path}")
+
+
+def _bench_list() -> int:
     root = Path(__file__).resolve().parent.parent
     bench_dir = root / "bench"
     print("benchmark suite (pytest-benchmark; `make bench` runs it, results in BENCHMARKS.md):")
@@ -206,7 +239,6 @@ def _bench(args) -> int:
         for line in notes.read_text(encoding="utf-8").splitlines():
             if line.startswith("## "):
                 print(f"    {line[3:]}")
-    print("`fedopt bench --sweep` measures runs per second of the demo sweep with 1 and 2 local workers.")
     return 0
 
 
@@ -274,10 +306,27 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="algorithms, problems, regularizers, datasets, experiments, backends")
     listing.set_defaults(handler=_list)
 
-    bench = commands.add_parser("bench", help="a short summary of the benchmark suite")
-    bench.add_argument("--sweep", action="store_true", help="measure runs per second of the demo sweep")
+    bench = commands.add_parser("bench", help="time the standard shapes against a same-process copy or GEMM floor")
+    bench.add_argument("--quick", action="store_true", help="fewer rows and calls, MLP rounds at the small shape")
+    bench.add_argument("--json", metavar="FILE", help="also write the rows (and the machine) to this JSON file")
+    bench.add_argument("--backend", default="auto", choices=backends)
+    bench.add_argument("--dtype", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
+    bench.add_argument("--clients", type=int, nargs="+", metavar="N", help="numbers of clients (default 100)")
+    bench.add_argument("--family", nargs="+", choices=["prox", "gradient", "round"], help="only these families")
+    bench.add_argument("--peers", action="store_true",
+                       help="also time the peers of bench/peers/ (a source checkout) on the FedNMap rounds")
+    bench.add_argument("--list", action="store_true", help="list the pytest-benchmark files instead")
+    bench.add_argument("--sweep", action="store_true", help="instead: runs per second of a whole sweep")
+    bench.add_argument("--experiment", default="speedup_demo", help="the sweep of --sweep (e.g. fednmap_fig2)")
     bench.add_argument("--workers", type=int, nargs="+", help="worker counts for --sweep (default 1 2)")
-    bench.add_argument("--experiment", default="speedup_demo", help=argparse.SUPPRESS)
+    bench.add_argument("--rounds", type=int, help="shorten the --sweep experiment to this many rounds")
+    bench.add_argument("--seeds", type=int, help="keep the first SEEDS seeds of the --sweep experiment")
+    bench.add_argument("--breakdown", action="store_true",
+                       help="with --sweep: also run it serially and split the time (compile, data, rounds, "
+                            "metrics, store)")
+    bench.add_argument("--startup", action="store_true",
+                       help="instead: wall time of a small `fedopt run`, cold (empty kernel cache) and warm")
+    bench.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
     bench.set_defaults(handler=_bench)
 
     demo = commands.add_parser("demo", help="the FedNMap linear-speedup sweep on the bundled digits and its report")

@@ -305,7 +305,7 @@ def test_cli_list_and_bench(capsys):
     printed = capsys.readouterr().out
     assert all(name in printed for name in sweep.builtin_experiments())
     assert "datasets: digits" in printed and "executors: local, dask" in printed
-    assert main(["bench"]) == 0
+    assert main(["bench", "--list"]) == 0
     assert "bench_prox_cpu.py" in capsys.readouterr().out
 
 

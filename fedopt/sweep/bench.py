@@ -1,44 +1,162 @@
-"""``fedopt bench --sweep``: runs per second of the demo sweep with the local executor.
+"""``fedopt bench --sweep``: runs per second of a whole sweep, and where its time goes.
 
-Each measurement sweeps the whole ``speedup_demo`` experiment into a fresh temporary store with
-``workers`` local processes and divides the number of runs by the wall time, which includes
-starting the workers (they load the Numba kernels from the on-disk cache) and writing the store.
-One run in this process first fills the kernel cache, so that compilation is not measured.
+:func:`bench_sweep` sweeps an experiment (default ``speedup_demo``; ``fednmap_fig2`` is the FedNMap
+Fig. 2 grid, 3 methods x 6 configurations x 10 seeds) into a fresh temporary store once per worker
+count with the local executor, and divides the number of runs by the wall time. That time
+includes starting the worker processes (they load the Numba kernels from the on-disk cache) and
+one SQLite commit per run. One run in this process first fills the kernel cache, so that
+compilation is not measured there. ``rounds`` and ``seeds`` shorten the experiment.
+
+:func:`sweep_breakdown` runs the same sweep serially in this process, instrumented, and splits
+its time into:
+
+* ``compile``: the first run of each (problem, dtype, regularizer, method) pays Numba's
+  compilation, or loading it from the on-disk cache; measured as a one-round run's time minus a
+  repeat of it;
+* ``data``: loading the data set and building the problem (once per distinct problem; runs that
+  share one reuse it, as the executors do);
+* ``metrics``: the history's evaluations (full-data loss, gradient, prox, accuracy): the time of
+  one evaluation at the run's start point, times the number of evaluations of each run;
+* ``rounds``: the rest of the time inside :func:`fedopt.run`;
+* ``store``: writing each finished run to the SQLite store.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 
+from fedopt.sweep.store import Store
 
-def bench_sweep(workers=(1, 2), experiment: str = "speedup_demo", stream=None) -> list[dict]:
-    """Measure the sweep of ``experiment`` once per worker count; print and return the rows."""
-    import sys
 
+def shortened(experiment: str, rounds: int | None = None, seeds: int | None = None):
+    """The experiment ``experiment`` (a name or a TOML file) with ``rounds`` rounds and its first ``seeds`` seeds."""
     from fedopt.sweep.config import load_experiment
+
+    exp = load_experiment(experiment)
+    if rounds is not None:
+        exp = exp.override({"rounds": int(rounds)})
+        exp.run["eval_every"] = max(1, min(int(exp.run.get("eval_every", 1)), int(rounds)))
+    if seeds is not None:
+        exp = exp.override({"seeds": exp.seeds[: int(seeds)]})
+    return exp
+
+
+def bench_sweep(workers=(1, 2), experiment: str = "speedup_demo", rounds: int | None = None,
+                seeds: int | None = None, stream=None) -> list[dict]:
+    """Measure the sweep of ``experiment`` once per worker count; print and return the rows."""
     from fedopt.sweep.execute import execute_run, run_sweep
-    from fedopt.sweep.store import Store
 
     stream = sys.stdout if stream is None else stream
-    exp = load_experiment(experiment)
+    exp = shortened(experiment, rounds, seeds)
     specs = exp.expand()
     execute_run({**specs[0].config, "rounds": 1})  # compile (or load) the kernels once
+    runs, rounds_per_run = len({s.key for s in specs}), exp.run["rounds"]
+    print(f"{exp.name}: {runs} runs of {rounds_per_run} rounds, local executor, {os.cpu_count()} cores", file=stream)
+    print(f"    {'workers':>7s} {'seconds':>8s} {'runs/s':>7s} {'rounds/s':>9s} {'mean run s':>10s}", file=stream)
     rows = []
-    print(f"{experiment}: {len({s.key for s in specs})} runs, local executor, {os.cpu_count()} cores", file=stream)
-    print(f"    {'workers':>7s} {'seconds':>8s} {'runs/s':>7s} {'mean run s':>10s}", file=stream)
     for count in workers:
         with tempfile.TemporaryDirectory() as folder, Store(os.path.join(folder, "bench.db")) as store:
             start = time.perf_counter()
             summary = run_sweep(exp, store, executor="local", workers=count, progress=False)
             seconds = time.perf_counter() - start
             mean_run = sum(m["run_seconds"] or 0 for m in store.members(exp.name, with_history=False)) / len(specs)
-        row = {"workers": count, "runs": summary.executed, "seconds": seconds, "runs_per_second": summary.executed / seconds,
-               "mean_run_seconds": mean_run}
+        row = {"experiment": exp.name, "workers": count, "runs": summary.executed, "rounds": rounds_per_run,
+               "seconds": seconds, "runs_per_second": summary.executed / seconds,
+               "rounds_per_second": summary.executed * rounds_per_run / seconds, "mean_run_seconds": mean_run}
         rows.append(row)
-        print(f"    {count:7d} {seconds:8.1f} {row['runs_per_second']:7.2f} {mean_run:10.2f}", file=stream, flush=True)
+        print(f"    {count:7d} {seconds:8.1f} {row['runs_per_second']:7.2f} {row['rounds_per_second']:9.0f} "
+              f"{mean_run:10.2f}", file=stream, flush=True)
     return rows
 
 
-__all__ = ["bench_sweep"]
+class _TimedStore(Store):
+    """A store that adds up the time spent writing runs."""
+
+    put_seconds = 0.0
+
+    def put(self, key, config, record):
+        began = time.perf_counter()
+        super().put(key, config, record)
+        self.put_seconds += time.perf_counter() - began
+
+
+def _signature(config: dict) -> str:
+    """What decides which kernels a run compiles: the problem, the storage dtype, the regularizer, the method."""
+    dataset = config.get("dataset") or {}
+    return "|".join(str(part) for part in (config["problem"]["name"], dataset.get("name"), dataset.get("dtype"),
+                                           config["regularizer"]["name"], config["algorithm"]["name"],
+                                           config.get("backend")))
+
+
+def _evaluation_seconds(config: dict, problem, regularizer) -> float:
+    """The time of one history evaluation: a zero-round run (init and one evaluation), best of three."""
+    import fedopt
+
+    hyper = {k: v for k, v in config["algorithm"].items() if k != "name"}
+    best = float("inf")
+    for _ in range(3):
+        began = time.perf_counter()
+        fedopt.run(config["algorithm"]["name"], problem, regularizer, rounds=0, seed=config["seed"],
+                   metric_gamma=config.get("metric_gamma"), progress=False, **hyper)
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def sweep_breakdown(experiment: str = "speedup_demo", rounds: int | None = None, seeds: int | None = None,
+                    stream=None) -> dict:
+    """Run the sweep serially in this process and split its time into phases (see the module docstring).
+
+    Returns ``{"experiment", "runs", "rounds", "seconds", "runs_per_second", "phases": {phase: seconds}}``
+    where ``seconds`` is the sum of the phases (the instrumentation's own repeats are left out).
+    """
+    from fedopt.sweep import execute
+
+    stream = sys.stdout if stream is None else stream
+    exp = shortened(experiment, rounds, seeds)
+    specs = list({s.key: s for s in exp.expand()}.values())
+    phases = dict.fromkeys(("compile", "data", "rounds", "metrics", "store"), 0.0)
+    execute._CACHE.clear()
+    compiled, evaluation = set(), {}
+    with tempfile.TemporaryDirectory() as folder, _TimedStore(os.path.join(folder, "bench.db")) as store:
+        store.register(exp, specs)
+        for spec in specs:
+            config = spec.config
+            began = time.perf_counter()
+            problem, regularizer = execute.build(config)  # cached per process after the first time
+            phases["data"] += time.perf_counter() - began
+            if _signature(config) not in compiled:
+                compiled.add(_signature(config))
+                once = {**config, "rounds": 1, "eval_every": 1}
+                first, repeat = (execute.execute_run(once)["run_seconds"] or 0.0 for _ in range(2))
+                phases["compile"] += max(0.0, first - repeat)
+            point = spec.key if len(exp.seeds) < 2 else _point(config)
+            if point not in evaluation:
+                evaluation[point] = _evaluation_seconds(config, problem, regularizer)
+            record = execute.execute_run(config)
+            evaluations = len((record.get("history") or {}).get("round") or [])
+            metrics = min(record["run_seconds"] or 0.0, evaluations * evaluation[point])
+            phases["metrics"] += metrics
+            phases["rounds"] += (record["run_seconds"] or 0.0) - metrics
+            store.put(spec.key, config, record)
+        phases["store"] = store.put_seconds
+    total = sum(phases.values())
+    result = {"experiment": exp.name, "runs": len(specs), "rounds": exp.run["rounds"], "seconds": total,
+              "runs_per_second": len(specs) / total, "phases": phases}
+    print(f"{exp.name}: {len(specs)} runs of {exp.run['rounds']} rounds in this process, {total:.1f} s "
+          f"({result['runs_per_second']:.2f} runs/s); where the time goes:", file=stream)
+    for name, seconds in phases.items():
+        print(f"    {name:8s} {seconds:8.2f} s  {100 * seconds / total:5.1f} %", file=stream)
+    return result
+
+
+def _point(config: dict) -> str:
+    """The grid point of a run: its configuration without the seed."""
+    import json
+
+    return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str)
+
+
+__all__ = ["bench_sweep", "shortened", "sweep_breakdown"]

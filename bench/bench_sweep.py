@@ -1,0 +1,43 @@
+"""The FedNMap Fig. 2 grid on the bundled digits as one benchmark: runs per second and where the time goes.
+
+``fednmap_fig2``: FedNMap, Zhang and FedCanon x n in {20, 50, 100} x Q in {10, 20} x 10 seeds
+(180 runs of the MLP + elastic net). First the grid runs serially in this process, instrumented
+(:func:`fedopt.sweep.bench.sweep_breakdown`: compile, data, rounds, metrics, store); then it is
+timed with the local executor and ``FEDOPT_SWEEP_WORKERS`` worker processes (default 2), a fresh
+store each time. The shipped experiment has 500 rounds, which takes well over an hour on two
+cores; the benchmark runs ``FEDOPT_SWEEP_ROUNDS`` rounds (default 50) and ``FEDOPT_SWEEP_SEEDS``
+seeds (default all 10), and reports rounds per second too, which does not depend on the round
+count. The compile phase is what this process still had to compile or load from Numba's on-disk
+cache: run this file alone (first in its process) for that figure.
+
+    .venv/bin/python -m pytest bench/bench_sweep.py --benchmark-enable --benchmark-only -q -s
+    FEDOPT_SWEEP_ROUNDS=500 .venv/bin/python -m pytest bench/bench_sweep.py --benchmark-enable --benchmark-only -q -s
+
+Without ``--benchmark-enable`` it is a smoke test: 2 rounds, 1 seed, one worker.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fedopt.sweep.bench import bench_sweep, sweep_breakdown
+
+EXPERIMENT = "fednmap_fig2"
+
+
+def test_fednmap_fig2_sweep(benchmark):
+    enabled = not benchmark.disabled
+    rounds = int(os.environ.get("FEDOPT_SWEEP_ROUNDS", 50)) if enabled else 2
+    seeds = int(os.environ.get("FEDOPT_SWEEP_SEEDS", 10)) if enabled else 1
+    workers = int(os.environ.get("FEDOPT_SWEEP_WORKERS", 2)) if enabled else 1
+
+    breakdown = sweep_breakdown(EXPERIMENT, rounds=rounds, seeds=seeds)
+    assert breakdown["runs"] == 18 * seeds and all(v >= 0 for v in breakdown["phases"].values())
+    rows = benchmark.pedantic(lambda: bench_sweep([workers], EXPERIMENT, rounds=rounds, seeds=seeds),
+                              rounds=1, iterations=1)
+    assert rows[0]["runs"] == breakdown["runs"]
+    benchmark.extra_info.update(rounds=rounds, seeds=seeds, workers=workers, runs=rows[0]["runs"],
+                                runs_per_second=rows[0]["runs_per_second"],
+                                rounds_per_second=rows[0]["rounds_per_second"],
+                                serial_runs_per_second=breakdown["runs_per_second"],
+                                phases_seconds=breakdown["phases"])

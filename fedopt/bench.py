@@ -1,0 +1,483 @@
+"""``fedopt bench``: the standard shapes, timed against a floor measured in the same process.
+
+Every row is one operation at one shape and dtype, timed as the best of single calls after an
+untimed warm-up (Numba compiles or loads its cache there; on the GPU each call ends with a
+stream synchronisation). Its work is either bytes (memory-bound operations, reported in GB/s)
+or flops (the MLP, in GFLOP/s), and its floor is the rate of the simplest operation of the same
+size on the same arrays module, measured in this process right before:
+
+* ``copy``: ``xp.copyto(dst, src)`` over as many elements as the operation streams once
+  (``2 * elements * itemsize`` bytes), so ``% floor`` is achieved GB/s over copy GB/s;
+* ``GEMM``: the batched product ``(n, b, d) @ (n, d, h)`` of the MLP's first layer.
+
+The copy is single-threaded on the CPU while the kernels use every core, so a kernel can pass
+100 %. The families and their minimal work:
+
+* ``prox``: ``reg.prox(Z, step, out=)`` on ``n`` client rows of length ``p = 1e7 / n`` (``1e5 / n``
+  with ``quick``): 2 passes over ``n p`` (l1, MCP, group lasso of 10), 3 (simplex); the fused
+  normal-map step reads ``z, g, c`` and writes ``z_out, x_out`` (5 passes);
+* ``gradient``: ``problem.client_grad(W, rows)``, one minibatch of ``b`` rows per client: the
+  sampled rows read once (``n b d`` elements) for logistic regression, ``2 n b (2 d h + 3 h k)``
+  flops for the MLP;
+* ``round``: one ``method.round(state)`` exactly as :func:`fedopt.run` calls it (drawing the
+  rows, the ``Q`` local steps, aggregation, prox, gossip): ``Q`` times the gradient's work.
+
+Shapes (``d`` features, ``n`` clients, ``b`` batch, ``Q`` local steps): the small sweep-style
+shape ``d = 64, n = 100, b = 8, Q = 10`` and the MNIST shape ``d = 784, n = 100, b = 64, Q = 10``
+(Gaussian rows, labels from a random linear model, sorted partition); the MLP has 64 hidden
+units (32 with ``quick``) and 10 classes. ``clients`` replaces ``n``. ``quick`` keeps the shapes
+but holds fewer rows per client, times fewer calls, and runs the MLP rounds at the sweep shape.
+
+``peers=True`` adds, for the FedNMap logistic + l1 rounds in float64, the time of the peer
+implementations in ``bench/peers/`` of a source checkout (a per-client NumPy loop, batched
+PyTorch when torch is importable) on the same rows, checked against fedopt's round first.
+
+:func:`startup_seconds` and :func:`import_seconds` (``fedopt bench --startup``) time a small
+``fedopt run`` in a fresh process, with an empty and with a filled Numba cache, and its imports.
+The whole-sweep measurement (``fedopt bench --sweep``) is :mod:`fedopt.sweep.bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+#: ``name: (d, n, b, Q, rows per client)``.
+SHAPES = {"sweep": (64, 100, 8, 10, 200), "mnist": (784, 100, 64, 10, 600)}
+QUICK_ROWS_PER_CLIENT = 64
+#: At most this many rows in one data set (many clients get fewer rows each, never fewer than b).
+MAX_ROWS = 1_280_000
+#: The largest copy of the floor, in elements (1 GiB of float64 each way).
+MAX_COPY = 1 << 27
+LAM, GAMMA, LR = 1e-3, 4.0, 0.1
+CLASSES = 10
+METHODS = ("fednmap", "fedcanon", "depositum")
+DTYPES = ("float64", "float32")
+
+
+@dataclass
+class Row:
+    """One measurement: ``seconds`` per call, its ``rate`` in ``unit`` and the floor's rate."""
+
+    family: str
+    name: str
+    shape: str
+    dtype: str
+    backend: str
+    seconds: float
+    work: float
+    unit: str
+    rate: float
+    floor: str
+    floor_rate: float
+    ratio: float
+    peers: dict = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, family, name, shape, dtype, backend, seconds, work, unit, floor, floor_rate, peers=None):
+        rate = work / seconds / 1e9
+        return cls(family, name, shape, np.dtype(dtype).name, backend, seconds, float(work), unit, rate, floor,
+                   floor_rate, rate / floor_rate, dict(peers or {}))
+
+
+# ------------------------------------------------------------------------------------------ timing
+class Timer:
+    """Best-of timing on one backend, and the floors of that backend measured once per size."""
+
+    def __init__(self, backend, quick: bool):
+        self.backend = backend
+        self.xp = backend.xp
+        self.calls = 3 if quick else 20
+        self.budget = 0.5 if quick else 2.0
+        self._floors: dict = {}
+
+    def sync(self):
+        if self.backend.name == "gpu":
+            self.xp.cuda.get_current_stream().synchronize()
+
+    def best(self, fn, calls: int | None = None) -> float:
+        """The best wall time of single calls of ``fn()`` after one untimed call."""
+        fn()
+        self.sync()
+        best, start = math.inf, time.perf_counter()
+        for _ in range(calls or self.calls):
+            began = time.perf_counter()
+            fn()
+            self.sync()
+            best = min(best, time.perf_counter() - began)
+            if time.perf_counter() - start > self.budget:
+                break
+        return best
+
+    def copy_gbps(self, elements: int, dtype) -> float:
+        """GB/s of ``xp.copyto`` over ``elements`` of ``dtype`` (read and write), at most :data:`MAX_COPY`."""
+        elements = min(int(elements), MAX_COPY)  # far past every cache: the rate no longer depends on the size
+        key = ("copy", elements, np.dtype(dtype))
+        if key not in self._floors:
+            src = self.xp.ones(int(elements), dtype=dtype)
+            dst = self.xp.empty_like(src)
+            seconds = self.best(lambda: self.xp.copyto(dst, src), calls=max(self.calls, 10))
+            self._floors[key] = 2 * src.nbytes / seconds / 1e9
+        return self._floors[key]
+
+    def gemm_gflops(self, n: int, b: int, d: int, h: int, dtype) -> float:
+        """GFLOP/s of the batched product ``(n, b, d) @ (n, d, h)``."""
+        key = ("gemm", n, b, d, h, np.dtype(dtype))
+        if key not in self._floors:
+            A = self.xp.ones((n, b, d), dtype=dtype)
+            B = self.xp.ones((n, d, h), dtype=dtype)
+            C = self.xp.empty((n, b, h), dtype=dtype)
+            seconds = self.best(lambda: self.xp.matmul(A, B, out=C), calls=max(self.calls, 5))
+            self._floors[key] = 2 * n * b * d * h / seconds / 1e9
+        return self._floors[key]
+
+
+# -------------------------------------------------------------------------------------------- data
+def logistic_problem(d, n, rows_per_client, dtype, backend):
+    """Logistic regression on Gaussian rows, sorted partition, ``n * rows_per_client`` rows."""
+    from fedopt.datasets import partition
+    from fedopt.problems import Logistic
+
+    X, score = _gaussian(d, n * rows_per_client, 1, dtype)
+    return Logistic(partition(X, (score[:, 0] > 0).astype(int), n, "sorted", dtype=dtype), backend=backend)
+
+
+def mlp_problem(d, n, rows_per_client, hidden, dtype, backend):
+    """The MLP with ``hidden`` units on Gaussian rows with ``CLASSES`` classes, sorted partition."""
+    from fedopt.datasets import partition
+    from fedopt.problems import MLP
+
+    X, score = _gaussian(d, n * rows_per_client, CLASSES, dtype)
+    return MLP(partition(X, score.argmax(axis=1), n, "sorted", dtype=dtype), hidden=hidden, backend=backend)
+
+
+def _gaussian(d, samples, outputs, dtype):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((samples, d), dtype=np.float32).astype(dtype, copy=False)
+    return X, X @ rng.standard_normal((d, outputs)).astype(dtype)
+
+
+def method(name: str, Q: int, b: int):
+    from fedopt import algorithms
+
+    if name == "depositum":  # one round = one communication period of Q steps, gossip on a ring
+        return algorithms.make(name, lr=LR, batch_size=b, comm_period=Q, topology="ring")
+    hyper = {"gamma": GAMMA} if name == "fednmap" else {}
+    return algorithms.make(name, local_steps=Q, lr_local=LR, lr_server=1.0, batch_size=b, **hyper)
+
+
+# -------------------------------------------------------------------------------------- the suite
+class Suite:
+    """Builds the standard shapes on one backend and measures them; :meth:`run` returns the rows."""
+
+    def __init__(self, backend="numba", quick=False, dtypes=DTYPES, clients=None, families=None, peers=False,
+                 stream=None):
+        from fedopt._backend import get_backend
+
+        self.backend = get_backend(backend)
+        self.quick = quick
+        self.dtypes = tuple(np.dtype(t).name for t in dtypes)
+        self.clients = list(clients or [None])
+        self.families = tuple(families or ("prox", "gradient", "round"))
+        self.peers = peers
+        self.stream = stream
+        self.timer = Timer(self.backend, quick)
+        self.rows: list[Row] = []
+
+    # ---- sizes
+    def shape(self, name: str, clients: int | None):
+        d, n, b, Q, per_client = SHAPES[name]
+        n = clients or n
+        per_client = QUICK_ROWS_PER_CLIENT if self.quick else per_client
+        per_client = max(b, min(per_client, MAX_ROWS // n))
+        return d, n, b, Q, per_client
+
+    @staticmethod
+    def label(name, d, n, b, Q=None) -> str:
+        return f"{name} d={d} n={n} b={b}" + (f" Q={Q}" if Q else "")
+
+    @property
+    def hidden(self) -> int:
+        return 32 if self.quick else 64
+
+    # ---- running
+    def run(self) -> list[Row]:
+        for clients in self.clients:
+            for dtype in self.dtypes:
+                if "prox" in self.families:
+                    self.prox(dtype, clients)
+                if "gradient" in self.families:
+                    self.gradients(dtype, clients)
+                if "round" in self.families:
+                    self.rounds(dtype, clients)
+                if self.backend.name == "gpu":  # hand the cached blocks back before the next, larger sizes
+                    self.backend.xp.get_default_memory_pool().free_all_blocks()
+        return self.rows
+
+    def add(self, row: Row):
+        self.rows.append(row)
+        if self.stream is not None:
+            print(format_row(row), file=self.stream, flush=True)
+
+    def prox(self, dtype, clients):
+        from fedopt import regularizers as R
+
+        xp, n = self.backend.xp, clients or 100
+        p = (100_000 if self.quick else 10_000_000) // n  # the same total size for any number of clients
+        rng = np.random.default_rng(1)
+        Z = self.backend.asarray(rng.standard_normal((n, p)).astype(dtype))
+        out = xp.empty_like(Z)
+        floor = self.timer.copy_gbps(n * p, dtype)
+        shape = f"n={n} p={p}"
+        cases = {"l1": (R.L1(1.0), 2), "mcp": (R.MCP(1.0, 3.0), 2), "group10": (R.GroupLasso(1.0, groups=10), 2),
+                 "simplex": (R.Simplex(1.0), 3)}
+        for name, (reg, passes) in cases.items():
+            seconds = self.timer.best(lambda: reg.prox(Z, 0.5, out=out))
+            self.add(Row.make("prox", name, shape, dtype, self.backend.name, seconds, passes * Z.nbytes, "GB/s",
+                              "copy", floor))
+        G, C = xp.ones_like(Z), xp.zeros_like(Z)
+        z_ref = Z[0].copy()
+        reg = R.L1(1.0)
+        x_ref = reg.prox(z_ref, GAMMA)
+        Z_out = xp.empty_like(Z)
+        seconds = self.timer.best(lambda: reg.normal_map_step(Z, G, z_ref, x_ref, LR, GAMMA, correction=C,
+                                                              z_out=Z_out, x_out=out))
+        self.add(Row.make("prox", "normal-map-step-l1", shape, dtype, self.backend.name, seconds, 5 * Z.nbytes,
+                          "GB/s", "copy", floor))
+
+    def gradients(self, dtype, clients):
+        itemsize = np.dtype(dtype).itemsize
+        for shape_name in SHAPES:
+            d, n, b, Q, per_client = self.shape(shape_name, clients)
+            problem = logistic_problem(d, n, per_client, dtype, self.backend)
+            rows = problem.sample_rows(np.random.default_rng(2), b)
+            W = self.backend.asarray(0.01 * np.random.default_rng(3).standard_normal((n, problem.n_params)), dtype)
+            out = self.backend.xp.empty_like(W)
+            seconds = self.timer.best(lambda: problem.client_grad(W, rows, out=out))
+            self.add(Row.make("gradient", "logistic", self.label(shape_name, d, n, b), dtype, self.backend.name,
+                              seconds, n * b * d * itemsize, "GB/s", "copy", self.timer.copy_gbps(n * b * d, dtype)))
+        d, n, b, Q, per_client = self.shape("mnist", clients)
+        problem = mlp_problem(d, n, per_client, self.hidden, dtype, self.backend)
+        rows = problem.sample_rows(np.random.default_rng(2), b)
+        W = self.backend.xp.broadcast_to(problem.init(0), (n, problem.n_params)).copy()
+        out = self.backend.xp.empty_like(W)
+        seconds = self.timer.best(lambda: problem.client_grad(W, rows, out=out))
+        h = self.hidden
+        self.add(Row.make("gradient", f"mlp-h{h}", self.label("mnist", d, n, b), dtype, self.backend.name, seconds,
+                          _mlp_flops(n, b, d, h), "GFLOP/s", "GEMM", self.timer.gemm_gflops(n, b, d, h, dtype)))
+
+    def rounds(self, dtype, clients):
+        from fedopt.regularizers import L1
+
+        itemsize = np.dtype(dtype).itemsize
+        for shape_name in SHAPES:
+            d, n, b, Q, per_client = self.shape(shape_name, clients)
+            problem = logistic_problem(d, n, per_client, dtype, self.backend)
+            floor = self.timer.copy_gbps(Q * n * b * d, dtype)
+            for name in METHODS:
+                algorithm = method(name, Q, b)
+                state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
+                seconds = self.timer.best(lambda: algorithm.round(state))
+                peers = self.peer_times(problem, algorithm, state, seconds) if name == "fednmap" else {}
+                self.add(Row.make("round", f"{name}-logistic-l1", self.label(shape_name, d, n, b, Q), dtype,
+                                  self.backend.name, seconds, Q * n * b * d * itemsize, "GB/s", "copy", floor, peers))
+        shape_name = "sweep" if self.quick else "mnist"
+        d, n, b, Q, per_client = self.shape(shape_name, clients)
+        h = self.hidden
+        problem = mlp_problem(d, n, per_client, h, dtype, self.backend)
+        floor = self.timer.gemm_gflops(n, b, d, h, dtype)
+        for name in METHODS:
+            algorithm = method(name, Q, b)
+            state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
+            seconds = self.timer.best(lambda: algorithm.round(state), calls=2 if self.quick else 5)
+            self.add(Row.make("round", f"{name}-mlp-h{h}-l1", self.label(shape_name, d, n, b, Q), dtype,
+                              self.backend.name, seconds, Q * _mlp_flops(n, b, d, h), "GFLOP/s", "GEMM", floor))
+
+    # ---- peers
+    def peer_times(self, problem, algorithm, state, seconds) -> dict:
+        """``{peer: {"seconds", "speedup"}}`` of the peers of a FedNMap logistic + l1 round (float64 only)."""
+        if not self.peers or problem.dtype != np.float64:
+            return {}
+        peers = load_peers()
+        if not peers:
+            return {}
+        X, y = problem.dataset.X, 2.0 * problem.dataset.y - 1  # the host rows and the +-1 labels
+        state = algorithm.round(state)  # nonzero corrections
+        rows = problem.sample_rows(np.random.default_rng(3), algorithm.batch_size, steps=algorithm.local_steps)
+        z, c = self.backend.to_numpy(state.z), self.backend.to_numpy(state.vars["c"])
+        expected = self.backend.to_numpy(round_on_rows(algorithm, state, rows).z)
+        times = {}
+        for name, make in peers.items():
+            peer_round = make(X, y, rows, z, c, lam=LAM, lr_local=algorithm.lr_local, lr_server=algorithm.lr_server,
+                              gamma=algorithm.gamma, device="cuda" if self.backend.name == "gpu" else "cpu")
+            if peer_round is None:
+                continue
+            z_peer = peer_round()
+            if not np.allclose(z_peer, expected, rtol=1e-9, atol=1e-12):
+                raise AssertionError(f"the {name} peer disagrees with fedopt's FedNMap round by "
+                                     f"{np.abs(z_peer - expected).max():.3g}")
+            peer_s = self.timer.best(peer_round, calls=3 if self.quick else 10)
+            times[name] = {"seconds": peer_s, "speedup": peer_s / seconds}
+        return times
+
+
+def _mlp_flops(n, b, d, h, k=CLASSES) -> float:
+    """Forward and backward of the one-hidden-layer network on ``n b`` samples."""
+    return 2.0 * n * b * (2 * d * h + 3 * h * k)
+
+
+def round_on_rows(algorithm, state, rows):
+    """``algorithm.round(state)`` with its minibatch rows fixed to ``rows`` ``(Q, n, b)``."""
+    problem = state.env.problem
+    problem.sample_rows = lambda rng, batch, steps=None: rows
+    try:
+        return algorithm.round(state)
+    finally:
+        del problem.sample_rows
+
+
+def load_peers() -> dict:
+    """The peer round builders of ``bench/peers/`` in a source checkout: ``{name: make(...)}``.
+
+    Each ``make(X, y, rows, z, c, lam, lr_local, lr_server, gamma, device)`` returns a
+    zero-argument callable that runs one FedNMap round and returns the next server point as a
+    NumPy array, or None when the peer cannot run here (torch missing, no CUDA device).
+    """
+    root = Path(__file__).resolve().parent.parent / "bench"
+    if not (root / "peers").is_dir():
+        return {}
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from peers import numpy_fednmap, torch_fednmap
+
+    def numpy_loop(X, y, rows, z, c, lam, lr_local, lr_server, gamma, device):
+        corrections = list(c)
+        return lambda: numpy_fednmap.fednmap_round(X, y, rows, z, corrections, lam, lr_local, lr_server, gamma)[0]
+
+    return {"numpy_loop": numpy_loop, "torch_batched": torch_fednmap.fednmap_round_builder}
+
+
+# ---------------------------------------------------------------------------------------- startup
+def startup_seconds(repeats: int = 3, argv=("run", "--rounds", "10", "--n-clients", "5"), stream=None) -> dict:
+    """Wall time of ``python -m fedopt run`` on a small problem: cold (a fresh ``NUMBA_CACHE_DIR``), then warm.
+
+    The cold run compiles every kernel the run needs into the empty cache; the warm runs load them
+    from it. Returns ``{"cold": seconds, "warm": [seconds, ...], "warm_best": seconds}``.
+    """
+    stream = sys.stdout if stream is None else stream
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        command = [sys.executable, "-m", "fedopt", *argv, "--out", os.path.join(cache, "history.csv")]
+
+        def once():
+            began = time.perf_counter()
+            subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+            return time.perf_counter() - began
+
+        cold = once()
+        warm = [once() for _ in range(repeats)]
+    result = {"command": "fedopt " + " ".join(argv), "cold": cold, "warm": warm, "warm_best": min(warm),
+              "warm_median": statistics.median(warm)}
+    print(f"`{result['command']}`: cold {cold:.2f} s (empty kernel cache), warm {min(warm):.2f} s best, "
+          f"{result['warm_median']:.2f} s median of {repeats}", file=stream)
+    return result
+
+
+def import_seconds(modules=("numpy", "scipy.sparse", "numba", "sklearn", "fedopt", "fedopt.problems")) -> dict:
+    """Import time of ``modules`` (each with what it imports first) as ``fedopt run`` loads its code.
+
+    From ``python -X importtime``; a module imported inside another counts in both.
+    """
+    code = "import fedopt.cli, fedopt.problems, fedopt.sweep.execute, fedopt.kernels.cpu"
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                         check=True).stderr
+    seconds = {}
+    for line in err.splitlines():
+        parts = [part.strip() for part in line.removeprefix("import time:").split("|")]
+        if len(parts) == 3 and parts[1].isdigit() and parts[2] in modules and parts[2] not in seconds:
+            seconds[parts[2]] = int(parts[1]) / 1e6
+    return seconds
+
+
+# -------------------------------------------------------------------------------------- reporting
+HEADER = f"{'family':9s} {'name':24s} {'shape':32s} {'dtype':8s} {'time':>10s} {'rate':>16s} {'floor':>20s} " \
+         f"{'% floor':>8s}  peers"
+
+
+def format_row(row: Row) -> str:
+    peers = ", ".join(f"{v['speedup']:.1f}x {k}" for k, v in row.peers.items())
+    return (f"{row.family:9s} {row.name:24s} {row.shape:32s} {row.dtype:8s} {_fmt_time(row.seconds):>10s} "
+            f"{row.rate:9.2f} {row.unit:6s} {row.floor:>5s} {row.floor_rate:8.2f} {row.unit:6s} "
+            f"{100 * row.ratio:7.0f}%  {peers}").rstrip()
+
+
+def _fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def machine() -> dict:
+    """What the figures depend on: the host, the library versions and the thread count."""
+    import numba
+
+    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+            "numba": numba.__version__, "numba_threads": numba.get_num_threads()}
+    if "cupy" in sys.modules:
+        cupy = sys.modules["cupy"]
+        info["gpu"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
+        info["cupy"] = cupy.__version__
+    try:
+        from fedopt import __version__
+
+        info["fedopt"] = __version__
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def write_json(path, rows: list[Row], backend: str, quick: bool) -> Path:
+    """The rows with the machine and options, as JSON (for tracking figures over time)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "backend": backend, "quick": quick,
+                "machine": machine(), "rows": [asdict(row) for row in rows]}
+    path.write_text(json.dumps(document, indent=1), encoding="utf-8")
+    return path
+
+
+def main(backend="numba", quick=False, dtypes=DTYPES, clients=None, families=None, peers=False, json_path=None,
+         stream=None) -> list[Row]:
+    """Measure the suite, print one line per row to ``stream`` (stdout) and write ``json_path``."""
+    stream = sys.stdout if stream is None else stream
+    suite = Suite(backend, quick, dtypes, clients, families, peers, stream)
+    info = machine()
+    where = f"{info['gpu']}, " if "gpu" in info else ""
+    print(f"fedopt bench on {suite.backend.name}: {where}{info['processor']}, {info['cpu_count']} cores, numpy "
+          f"{info['numpy']}, numba {info['numba']} ({info['numba_threads']} threads){', quick' if quick else ''}",
+          file=stream)
+    print("time = best single call after a warm-up; floor = same-process copy (GB/s) or batched GEMM (GFLOP/s); "
+          "peers = their time over fedopt's", file=stream)
+    print(HEADER, file=stream, flush=True)
+    rows = suite.run()
+    if json_path:
+        print(f"rows written to {write_json(json_path, rows, suite.backend.name, quick)}", file=stream)
+    return rows
+
+
+__all__ = ["DTYPES", "METHODS", "Row", "SHAPES", "Suite", "Timer", "format_row", "load_peers", "machine", "main",
+           "import_seconds", "round_on_rows", "startup_seconds",
+           "write_json"]

@@ -1,0 +1,169 @@
+"""``fedopt bench``: the rows it writes, the sweep and startup modes, and the peers it compares with.
+
+Nothing here asserts on timings (the machine is shared): only that the measurements run, have
+the documented fields, and are positive and finite, and that the peers compute fedopt's round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedopt import algorithms, bench
+from fedopt.cli import main
+from fedopt.regularizers import L1
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from peers import flower_fedavg, numpy_fednmap, torch_fednmap  # noqa: E402
+
+FIELDS = {"family", "name", "shape", "dtype", "backend", "seconds", "work", "unit", "rate", "floor", "floor_rate",
+          "ratio", "peers"}
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_rows_with_positive_finite_ratios(tmp_path, capsys):
+    # Prepare
+    out = tmp_path / "bench.json"
+    # Execute
+    assert main(["bench", "--quick", "--backend", "numba", "--dtype", "float64", "--peers", "--json", str(out)]) == 0
+    # Assert
+    printed = capsys.readouterr().out
+    document = json.loads(out.read_text())
+    rows = document["rows"]
+    assert document["backend"] == "numba" and document["quick"] and document["machine"]["cpu_count"] >= 1
+    assert {row["family"] for row in rows} == {"prox", "gradient", "round"}
+    names = {row["name"] for row in rows}
+    for method in bench.METHODS:
+        assert f"{method}-logistic-l1" in names and f"{method}-mlp-h32-l1" in names
+    shapes = {row["shape"] for row in rows if row["family"] == "round"}
+    assert "sweep d=64 n=100 b=8 Q=10" in shapes and "mnist d=784 n=100 b=64 Q=10" in shapes
+    for row in rows:
+        assert set(row) == FIELDS and row["dtype"] == "float64" and row["backend"] == "numba"
+        for key in ("seconds", "work", "rate", "floor_rate", "ratio"):
+            assert math.isfinite(row[key]) and row[key] > 0, (row["name"], key)
+        assert math.isclose(row["ratio"], row["rate"] / row["floor_rate"])
+        assert row["floor"] == ("GEMM" if row["unit"] == "GFLOP/s" else "copy")
+        assert row["name"] in printed
+    peered = [row for row in rows if row["peers"]]
+    assert {row["name"] for row in peered} == {"fednmap-logistic-l1"}  # float64 FedNMap rounds, both shapes
+    assert all(peer["speedup"] > 0 for row in peered for peer in row["peers"].values())
+
+
+def test_row_rates_and_format():
+    row = bench.Row.make("round", "x", "s", np.float32, "numba", seconds=2e-3, work=4e6, unit="GB/s", floor="copy",
+                         floor_rate=4.0)
+    assert row.dtype == "float32" and math.isclose(row.rate, 2.0) and math.isclose(row.ratio, 0.5)
+    assert "50%" in bench.format_row(row) and "2 ms" in bench.format_row(row)
+
+
+def test_bench_list_names_the_benchmark_files(capsys):
+    assert main(["bench", "--list"]) == 0
+    printed = capsys.readouterr().out
+    assert "bench_prox_cpu.py" in printed and "bench_peers.py" in printed and "bench_sweep.py" in printed
+
+
+def test_import_seconds_lists_the_heavy_imports():
+    seconds = bench.import_seconds()
+    assert {"numpy", "fedopt", "numba"} <= set(seconds)
+    assert all(value > 0 and math.isfinite(value) for value in seconds.values())
+
+
+TINY = """
+[experiment]
+name = "tiny_bench"
+
+[run]
+rounds = 3
+eval_every = 1
+seeds = [0, 1]
+
+[run.dataset]
+name = "digits"
+n_clients = 4
+
+[run.problem]
+name = "softmax"
+
+[run.regularizer]
+name = "l1"
+lam = 1e-3
+
+[run.algorithm]
+name = "fednmap"
+local_steps = 2
+batch_size = 8
+
+[[grid]]
+name = "methods"
+"algorithm.name" = ["fednmap", "fedcanon"]
+"""
+
+
+@pytest.mark.slow
+def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys):
+    # Prepare: 2 methods x 2 seeds of 3 rounds, shortened to 2 rounds and 1 seed
+    from fedopt.sweep.bench import bench_sweep, shortened, sweep_breakdown
+
+    toml = tmp_path / "tiny.toml"
+    toml.write_text(TINY)
+    exp = shortened(str(toml), rounds=2, seeds=1)
+    assert exp.run["rounds"] == 2 and exp.seeds == [0] and len(exp.expand()) == 2
+    # Execute
+    breakdown = sweep_breakdown(str(toml), rounds=2, seeds=1)
+    rows = bench_sweep([1], str(toml), rounds=2, seeds=1)
+    # Assert
+    assert breakdown["runs"] == 2 and breakdown["rounds"] == 2
+    assert set(breakdown["phases"]) == {"compile", "data", "rounds", "metrics", "store"}
+    assert all(value >= 0 for value in breakdown["phases"].values()) and breakdown["phases"]["rounds"] > 0
+    assert math.isclose(breakdown["seconds"], sum(breakdown["phases"].values()))
+    assert rows[0]["runs"] == 2 and rows[0]["runs_per_second"] > 0
+    assert math.isclose(rows[0]["rounds_per_second"], 2 * rows[0]["runs_per_second"])
+    assert "where the time goes" in capsys.readouterr().out
+
+
+def _fednmap_setup(d=6, n=5, per_client=12, b=3, Q=4):
+    problem = bench.logistic_problem(d, n, per_client, "float64", "numba")
+    method = algorithms.make("fednmap", local_steps=Q, lr_local=0.1, gamma=4.0, batch_size=b)
+    state = method.round(method.init(problem, L1(0.05), np.random.default_rng(1)))  # nonzero corrections
+    rows = problem.sample_rows(np.random.default_rng(2), b, steps=Q)
+    X, y = problem.dataset.X, 2.0 * problem.dataset.y - 1
+    return problem, method, state, rows, X, y
+
+
+def test_numpy_peer_computes_fedopts_round():
+    problem, method, state, rows, X, y = _fednmap_setup()
+    expected = bench.round_on_rows(method, state, rows)
+    z_peer, c_peer = numpy_fednmap.fednmap_round(X, y, rows, state.z, list(state.vars["c"]), 0.05, 0.1, 1.0, 4.0)
+    np.testing.assert_allclose(z_peer, expected.z, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.array(c_peer), expected.vars["c"], rtol=1e-10, atol=1e-12)
+    assert np.abs(expected.z - state.z).max() > 1e-3  # the round moved
+
+
+def test_torch_peer_computes_fedopts_rounds():
+    pytest.importorskip("torch")
+    problem, method, state, rows, X, y = _fednmap_setup()
+    expected = bench.round_on_rows(method, state, rows).z
+    run = torch_fednmap.fednmap_round_builder(X, y, rows, state.z, state.vars["c"], 0.05, 0.1, 1.0, 4.0)
+    np.testing.assert_allclose(run(), expected, rtol=1e-10, atol=1e-12)
+
+    fedavg = algorithms.make("fedavg", local_steps=4, lr_local=0.1, batch_size=3)
+    start = fedavg.round(fedavg.init(problem, L1(0.05), np.random.default_rng(1)))
+    expected = bench.round_on_rows(fedavg, start, rows).x
+    run = torch_fednmap.fedavg_round_builder(X, y, rows, start.x, 0.05, 0.1, 1.0)
+    np.testing.assert_allclose(run(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_torch_and_flower_peers_say_when_they_cannot_run():
+    if not torch_fednmap.AVAILABLE:
+        assert torch_fednmap.fednmap_round_builder(np.ones((2, 2)), np.ones(2), np.zeros((1, 1, 1), int),
+                                                   np.zeros(2), np.zeros((1, 2)), 0.1, 0.1, 1.0, 1.0) is None
+    if not flower_fedavg.AVAILABLE:
+        with pytest.raises(ImportError, match="flwr"):
+            flower_fedavg.simulate_fedavg(np.ones((2, 2)), np.ones(2), np.zeros((1, 1, 1, 1), int), np.zeros(2),
+                                          0.1, 0.1)
