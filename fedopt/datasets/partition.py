@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils.multiclass import type_of_target
 
 from fedopt.datasets._dataset import FederatedDataset, check_features
 
@@ -14,8 +13,9 @@ SCHEMES = ("iid", "sorted", "dirichlet", "shards")
 def encode_targets(y, task: str = "auto"):
     """``(codes, classes)`` for class labels, or ``(float targets, None)`` for regression.
 
-    ``task="auto"`` reads continuous targets as regression and anything else (integers, strings,
-    two or more distinct values) as classes, like scikit-learn's ``type_of_target``.
+    ``task="auto"`` reads continuous targets (floats with a fractional part) as regression and
+    anything else (integers, integral floats, strings) as classes, like scikit-learn's
+    ``type_of_target``.
     """
     y = np.asarray(y)
     if task not in ("auto", "classification", "regression"):
@@ -25,7 +25,8 @@ def encode_targets(y, task: str = "auto"):
     if y.dtype.kind == "f" and not np.isfinite(y).all():
         raise ValueError(f"y contains NaN or inf (first at index {np.flatnonzero(~np.isfinite(y))[0]})")
     if task == "auto":
-        task = "regression" if type_of_target(y) in ("continuous", "continuous-multioutput") else "classification"
+        continuous = y.dtype.kind == "f" and bool(np.any(y != np.trunc(y)))  # type_of_target's "continuous"
+        task = "regression" if continuous else "classification"
     if task == "regression":
         if y.dtype.kind not in "biuf":
             raise ValueError(f"regression targets y must be numbers, got dtype {y.dtype}")
