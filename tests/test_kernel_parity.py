@@ -144,3 +144,40 @@ def test_kernel_modules_implement_the_contract(module):
     kernels = importlib.import_module(f"fedopt.kernels.{module}")
     missing = [name for name in KERNEL_NAMES if not callable(getattr(kernels, name, None))]
     assert not missing, f"fedopt.kernels.{module} lacks {missing}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("kind, n_out", [(0, 1), (1, 1), (2, 3)], ids=["least_squares", "logistic", "softmax"])
+@pytest.mark.parametrize("storage", ["dense", "csr"])
+def test_fused_local_steps_match_reference(kind, n_out, storage, dtype):
+    """``local_steps_linear`` on minibatches of 1 to 5 rows (the four-row groups and their short
+    tails) and on full batches, with and without an intercept and a shift, for three prox forms."""
+    import scipy.sparse as sp
+
+    from fedopt import kernels as K
+    from fedopt.kernels import cpu, reference
+
+    rng = np.random.default_rng(kind)
+    offsets = np.array([0, 6, 7, 19, 30])
+    n, d, steps = 4, 9, 3
+    X = rng.standard_normal((30, d)).astype(dtype)
+    if storage == "csr":
+        X = sp.csr_matrix(X * (rng.uniform(size=X.shape) < 0.5))
+    y = [rng.standard_normal(30), np.sign(rng.standard_normal(30)), rng.integers(0, n_out, 30)][kind].astype(dtype)
+    proxes = [(K.SOFT, np.tile([0.02, 0.9], (steps, 1))), (K.CLIP, np.tile([-0.3, 0.25], (steps, 1))),
+              (K.IDENTITY, np.zeros((steps, 2)))]
+    for batch in (1, 2, 3, 4, 5, 0):
+        rows = np.empty((steps, n, 0), np.int64) if batch == 0 else np.stack(
+            [np.stack([rng.integers(offsets[i], offsets[i + 1], batch) for i in range(n)]) for _ in range(steps)])
+        for fit_intercept in (False, True):
+            p = n_out * (d + fit_intercept)
+            for prox_kind, thetas in proxes:
+                for D in (np.empty((0, 0), dtype), (0.1 * rng.standard_normal((n, p))).astype(dtype)):
+                    start = (0.3 * rng.standard_normal((n, p))).astype(dtype)
+                    args = (X, y, offsets, rows, kind, n_out, 0.7, fit_intercept, D, 0.2, prox_kind, thetas.astype(dtype),
+                            np.empty((0, 0), dtype))
+                    Z_ref, P_ref = reference.local_steps_linear(*args, start.copy(), start.copy())
+                    Z, P = cpu.local_steps_linear(*args, start.copy(), start.copy())
+                    assert Z.dtype == P.dtype == dtype
+                    np.testing.assert_allclose(Z, Z_ref, **tolerances(dtype))
+                    np.testing.assert_allclose(P, P_ref, **tolerances(dtype))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,7 +22,8 @@ class Costs:
     floats_down: int = 0
 
     def __add__(self, other: Costs) -> Costs:
-        return Costs(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+        return Costs(self.grad_evals + other.grad_evals, self.prox_evals + other.prox_evals,
+                     self.floats_up + other.floats_up, self.floats_down + other.floats_down)
 
 
 @dataclass(frozen=True)
@@ -153,15 +154,22 @@ class Algorithm:
             forms = {step: reg._elementwise(float(step), problem.backend, Z.dtype) for step in set(prox_steps)}
             if any(form is None for form in forms.values()):  # a row-wise prox (group, simplex, ...)
                 return False
-            kind, _, w = next(iter(forms.values()))
-            thetas = np.stack([forms[step][1] for step in prox_steps])
+            kind, theta, w = next(iter(forms.values()))
+            thetas = np.empty((len(prox_steps), len(theta)))
+            if len(forms) == 1:  # one step size for all local steps, the usual case
+                thetas[...] = theta
+            else:
+                for row, step in zip(thetas, prox_steps):
+                    row[...] = forms[step][1]
         D = xp.empty((0, 0), dtype=Z.dtype) if D is None else D
         return problem.fused_local_steps(rows, D, lr, kind, thetas, w, Z, P)
 
     @staticmethod
     def per_client(problem, v):
         """An ``(n_clients, p)`` array with a copy of the vector ``v`` in every row."""
-        return problem.backend.xp.broadcast_to(v, (problem.n_clients, problem.n_params)).copy()
+        out = problem.backend.xp.empty((problem.n_clients, problem.n_params), dtype=v.dtype)
+        out[...] = v
+        return out
 
     @staticmethod
     def start(problem, x0):

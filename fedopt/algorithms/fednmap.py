@@ -52,9 +52,12 @@ class FedNMap(LocalStepsMethod):
         X = self.per_client(problem, x_t)
         shift = c + (z_t - x_t) / self.gamma  # c_i plus the round-start normal-map term
         self.local_loop(env, Z, X, shift, self.lr_local, [self.gamma] * self.local_steps)
-        Y = (z_t - Z) / (self.lr_local * self.local_steps)
+        Y = problem.backend.xp.subtract(z_t, Z, out=Z)  # the messages y_i, in place of the z_i^Q
+        Y /= self.lr_local * self.local_steps
         y_bar = problem.average(Y)
         z_next = z_t - self.effective_step * y_bar
+        c_next = c - Y
+        c_next += y_bar
         costs = self.round_costs(problem, self.local_steps, 1, up=1, down=2)
         return replace(state, x=reg.prox(z_next, self.gamma), z=z_next, round=state.round + 1,
-                       costs=state.costs + costs, vars={"c": c - Y + y_bar})
+                       costs=state.costs + costs, vars={"c": c_next})

@@ -5,6 +5,9 @@ from __future__ import annotations
 import types
 
 import numba
+from llvmlite import ir
+from numba import types as nbtypes
+from numba.extending import intrinsic
 
 from fedopt._backend import numba_cache_enabled
 
@@ -53,6 +56,40 @@ def kernel(func=None, *, fastmath=False):
     return Kernel(func, fastmath)
 
 
+def function(func=None, *, fastmath=False):
+    """A helper compiled on its own and called from kernels: ``@function`` or ``@function(fastmath=...)``.
+
+    Unlike :func:`inline`, its loops are optimized apart from its caller's code.
+    """
+    options = dict(cache=numba_cache_enabled(), nogil=True, error_model="numpy", fastmath=fastmath)
+    if func is None:
+        return lambda f: numba.njit(**options)(f)
+    return numba.njit(**options)(func)
+
+
 def inline(func: types.FunctionType):
     """A small helper compiled into its callers (``inline='always'``)."""
     return numba.njit(inline="always", error_model="numpy", cache=numba_cache_enabled())(func)
+
+
+@intrinsic
+def prefetch(typingctx, array, row, column):
+    """Ask the CPU to start loading the cache line of ``array[row, column]`` (2-D); no effect on results.
+
+    For data whose position is known ahead (the next local step's minibatch rows): the load then
+    overlaps the current step's arithmetic instead of stalling the next one.
+    """
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0])
+        row_offset = builder.mul(args[1], builder.extract_value(data.strides, 0))
+        column_offset = builder.mul(args[2], builder.extract_value(data.strides, 1))
+        byte_pointer = builder.bitcast(data.data, ir.IntType(8).as_pointer())
+        address = builder.gep(byte_pointer, [builder.add(row_offset, column_offset)])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [address.type, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", fnty=fnty)
+        builder.call(fn, [address, i32(0), i32(3), i32(1)])  # a read, kept in every cache level, of data
+        return context.get_dummy_value()
+
+    return nbtypes.void(array, row, column), codegen

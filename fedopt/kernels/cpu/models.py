@@ -12,24 +12,32 @@ import math
 import numpy as np
 from numba import prange
 
-from fedopt.kernels import LEAST_SQUARES, LOGISTIC
-from fedopt.kernels.cpu._jit import REDUCTION_MATH, inline, kernel
-from fedopt.kernels.cpu.elementwise import _prox_block
+from fedopt.kernels import LEAST_SQUARES, SOFT, SOFTMAX
+from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel, prefetch
+from fedopt.kernels.cpu.elementwise import _prox_block, _soft
+
+
+@inline
+def _scalar_residual(kind, margin, target, want_loss):
+    """``(dloss/dmargin, loss)`` of one sample of a single-output model (LEAST_SQUARES or LOGISTIC).
+
+    The loss is 0 unless ``want_loss``."""
+    if kind == LEAST_SQUARES:
+        r = margin - target
+        return r, 0.5 * r * r
+    t = -target * margin
+    e = math.exp(-abs(t))  # one exp serves the sigmoid and the loss, without overflow
+    r = -target * ((1 if t >= 0 else e) / (1 + e))
+    return r, (max(t, 0) + math.log1p(e) if want_loss else 0.0)  # log(1 + exp(t))
 
 
 @inline
 def _residual(kind, M, n_out, target, want_loss):
     """Replace the margins ``M[:n_out]`` of one sample by ``dloss/dM``; return the sample's loss (0 unless ``want_loss``)."""
-    if kind == LEAST_SQUARES:
-        r = M[0] - target
-        M[0] = r
-        return 0.5 * r * r
-    if kind == LOGISTIC:
-        t = -target * M[0]
-        e = math.exp(-abs(t))  # one exp serves the sigmoid and the loss, without overflow
-        M[0] = -target * (1 / (1 + e) if t >= 0 else e / (1 + e))
-        return max(t, 0) + math.log1p(e) if want_loss else 0.0  # log(1 + exp(t))
-    code = int(target)  # SOFTMAX: loss = logsumexp(M) - M[code]
+    if kind != SOFTMAX:
+        M[0], loss = _scalar_residual(kind, M[0], target, want_loss)
+        return loss
+    code = int(target)  # loss = logsumexp(M) - M[code]
     picked = M[code]
     top = M[0]
     for c in range(1, n_out):
@@ -44,8 +52,61 @@ def _residual(kind, M, n_out, target, want_loss):
 
 
 @inline
+def _row(rows, first, t):
+    """Global index of a client's ``t``-th row: ``rows[t]``, or ``first + t`` when ``rows`` is empty (all rows)."""
+    return rows[t] if rows.shape[0] > 0 else first + t
+
+
+@function(fastmath=REDUCTION_MATH)
+def _single_output_pass(X, d, y, rows, first, count, w, kind, scale, fit_intercept, g, inv_count, want_loss,
+                        want_grad):
+    """:func:`_client_pass` for dense rows and one output: four rows at a time.
+
+    Four dot products share one loop over the features, their four residuals are independent
+    (their exps overlap), and one loop adds the four rows to the gradient, so the rows are read
+    from L1 while a step's latency is spread over four rows. A short last group repeats its last
+    row with weight zero.
+    """
+    zero = scale - scale
+    coef = w[:d]
+    bias = w[d] if fit_intercept else zero
+    total = 0.0
+    for t in range(0, count, 4):
+        last = count - 1
+        r1, r2 = _row(rows, first, t), _row(rows, first, min(t + 1, last))
+        r3, r4 = _row(rows, first, min(t + 2, last)), _row(rows, first, min(t + 3, last))
+        x1, x2, x3, x4 = X[r1], X[r2], X[r3], X[r4]
+        s1 = s2 = s3 = s4 = zero
+        for j in range(d):
+            s1 += x1[j] * coef[j]
+            s2 += x2[j] * coef[j]
+            s3 += x3[j] * coef[j]
+            s4 += x4[j] * coef[j]
+        e1, loss1 = _scalar_residual(kind, s1 * scale + bias, y[r1], want_loss)
+        e2, loss2 = _scalar_residual(kind, s2 * scale + bias, y[r2], want_loss)
+        e3, loss3 = _scalar_residual(kind, s3 * scale + bias, y[r3], want_loss)
+        e4, loss4 = _scalar_residual(kind, s4 * scale + bias, y[r4], want_loss)
+        if t + 1 > last:  # rows past the last one count for nothing
+            e2, loss2 = zero, 0.0
+        if t + 2 > last:
+            e3, loss3 = zero, 0.0
+        if t + 3 > last:
+            e4, loss4 = zero, 0.0
+        total += loss1 + loss2 + loss3 + loss4
+        if want_grad:
+            step = scale * inv_count
+            a1, a2, a3, a4 = e1 * step, e2 * step, e3 * step, e4 * step
+            for j in range(d):
+                g[j] += a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j]
+            if fit_intercept:
+                g[d] += (e1 + e2 + e3 + e4) * inv_count
+    return total * inv_count
+
+
+@inline
 def _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv_count, want_loss, want_grad):
-    """Two dense rows at once: two independent streams keep more memory reads in flight.
+    """Two dense rows of a model with ``n_out`` outputs at once: two independent streams keep more
+    memory reads in flight.
 
     ``M[:n_out]`` and ``M[n_out:2 n_out]`` hold the two rows' margins, then their residuals.
     Returns the sum of the two losses.
@@ -75,7 +136,7 @@ def _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv
     return loss
 
 
-@inline
+@function(fastmath=REDUCTION_MATH)
 def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, kind, n_out, scale, fit_intercept, M,
                  g, want_loss, want_grad):
     """Mean loss of one client over ``count`` rows (when ``want_loss``), and its gradient into ``g`` (when ``want_grad``).
@@ -84,24 +145,26 @@ def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, k
     contiguous rows ``first, ..., first + count - 1``. ``X`` is dense when ``dense``, else
     ``data, indices, indptr`` hold CSR rows; ``d`` is the number of features. ``M`` is scratch
     of length ``2 n_out + 1``. Each row is read once for its margins and its gradient share;
-    dense rows go in pairs.
+    dense rows go by fours with one output (:func:`_single_output_pass`), else in pairs.
     """
     M[2 * n_out] = 1 / count
     inv_count = M[2 * n_out]  # 1/count in the parameters' dtype: float32 stays float32 below
     zero = scale - scale
     if want_grad:
         g[:] = zero
+    if dense and kind != SOFTMAX:
+        return _single_output_pass(X, d, y, rows, first, count, w, kind, scale, fit_intercept, g, inv_count, want_loss,
+                                   want_grad)
     total = 0.0
     t = 0
     if dense:
         while t + 1 < count:
-            r1 = rows[t] if rows.shape[0] > 0 else first + t
-            r2 = rows[t + 1] if rows.shape[0] > 0 else first + t + 1
+            r1, r2 = _row(rows, first, t), _row(rows, first, t + 1)
             total += _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv_count, want_loss,
                                  want_grad)
             t += 2
     for t in range(t, count):  # CSR rows, or the last dense row of an odd count
-        r = rows[t] if rows.shape[0] > 0 else first + t
+        r = _row(rows, first, t)
         for c in range(n_out):
             s = zero
             if dense:
@@ -146,6 +209,52 @@ def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, offsets, W, rows
             loss_out[i] = loss
 
 
+@inline
+def _prefetch_rows(X, rows, count, d):
+    """Start loading every cache line of the rows ``X[rows[:count]]`` (minibatch rows are random
+    reads: the loads then overlap the current step's arithmetic)."""
+    per_line = max(1, 64 // X.itemsize)
+    for t in range(count):
+        for j in range(0, d, per_line):
+            prefetch(X, rows[t], j)
+
+
+@function(fastmath=REDUCTION_MATH)
+def _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, lr, prox_kind, thetas,
+                         w, Z, P):
+    """Client ``i``'s local steps for dense rows and one output (least squares, logistic).
+
+    Compiled apart from :func:`local_steps_kernel`'s general path, and with the update written
+    out here rather than in a helper: its loops then run as fast as a standalone loop (an inlined
+    helper measured about 10 % slower). Soft-thresholding (l1) is fused with the update.
+    """
+    client = np.int64(i)  # the parallel variant's loop index is unsigned
+    z, x = Z[client], P[client]
+    g = np.empty(z.shape[0], dtype=Z.dtype)
+    g[0] = 1 / count
+    inv_count = g[0]  # 1/count in the parameters' dtype: float32 stays float32
+    zero = scale - scale
+    steps, n = rows.shape[0], rows.shape[1]
+    for step in range(steps):
+        if rows.shape[2] > 0:  # the next minibatch: this client's next step, or the next client's first
+            following = client * steps + step + 1
+            if following < n * steps:
+                _prefetch_rows(X, rows[following % steps, following // steps], count, d)
+        g[:] = zero
+        _single_output_pass(X, d, y, rows[step, client], first, count, x, kind, scale, fit_intercept, g, inv_count,
+                            False, True)
+        if prox_kind == SOFT:
+            tau, factor = thetas[step, 0], thetas[step, 1]
+            for j in range(z.shape[0]):
+                v = z[j] - lr * (g[j] + shift[j])
+                z[j] = v
+                x[j] = factor * _soft(v, tau)
+        else:
+            for j in range(z.shape[0]):
+                z[j] -= lr * (g[j] + shift[j])
+            _prox_block(prox_kind, thetas[step], w, Z, client, 0, z.shape[0], P)
+
+
 @kernel(fastmath=REDUCTION_MATH)
 def local_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kind, n_out, scale, fit_intercept, D,
                        lr, prox_kind, thetas, w, Z, P):
@@ -153,21 +262,20 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kin
     ``Z[i] -= lr * (g + D[i])``, ``P[i] = prox_l(Z[i])`` (separable prox of code ``prox_kind``
     with parameters ``thetas[l]``; IDENTITY copies). ``D`` may be empty (no shift)."""
     n, p = Z.shape
-    steps = rows.shape[0]
     for i in prange(n):
         first = offsets[i]
         count = rows.shape[2] if rows.shape[2] > 0 else offsets[i + 1] - first
+        shift = D[i] if D.shape[0] > 0 else np.zeros(p, dtype=Z.dtype)
+        if dense and kind != SOFTMAX:
+            _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, lr, prox_kind,
+                                 thetas, w, Z, P)
+            continue
         M = np.empty(2 * n_out + 1, dtype=Z.dtype)
         g = np.empty(p, dtype=Z.dtype)
         z = Z[i]
-        for step in range(steps):
+        for step in range(rows.shape[0]):
             _client_pass(X, data, indices, indptr, dense, d, y, rows[step, i], first, count, P[i], kind, n_out, scale,
                          fit_intercept, M, g, False, True)
-            if D.shape[0] > 0:
-                shift = D[i]
-                for j in range(p):
-                    z[j] -= lr * (g[j] + shift[j])
-            else:
-                for j in range(p):
-                    z[j] -= lr * g[j]
+            for j in range(p):
+                z[j] -= lr * (g[j] + shift[j])
             _prox_block(prox_kind, thetas[step], w, Z, i, 0, p, P)
