@@ -115,24 +115,34 @@ class Algorithm:
         itself. ``D`` is an ``(n, p)`` shift (corrections, control variates) or None.
 
         All Q minibatches are drawn first, from the run's generator, so that every backend and
-        both code paths below see the same samples. Linear problems on the CPU with a
-        separable (or no) prox run all steps of all clients in one fused kernel call; anything
-        else takes a few array operations per step for all clients at once.
+        both code paths below see the same samples. Linear problems with a separable (or no)
+        prox run all steps of all clients in one fused kernel call where the backend has one;
+        anything else takes one oracle call per step for all clients, followed by one fused
+        pass for the update and a separable prox (or a few array operations for a row-wise one).
         """
         problem, reg = env.problem, env.regularizer
         batch = getattr(self, "batch_size", None)
         rows = None if batch is None else problem.sample_rows(env.rng, batch, steps=self.local_steps)
-        if self._fused(problem, reg, rows, Z, P, D, lr, prox_steps):
+        xp = problem.backend.xp
+        separable = self._separable_prox(problem, reg, Z.dtype, prox_steps)
+        no_shift = xp.empty((0, 0), dtype=Z.dtype)
+        if separable is not None and problem.fused_local_steps(rows, no_shift if D is None else D, lr, *separable, Z, P):
             return Z, P
-        G = problem.backend.xp.empty_like(Z)
+        G = xp.empty_like(Z)
+        if separable is not None:  # z -= lr * (g + D) and x = prox(z) in one pass: the normal-map kernel without its reference term
+            kind, thetas, w = separable
+            no_reference = xp.zeros(problem.n_params, dtype=Z.dtype)
         for step in range(self.local_steps):
             problem.client_grad(P, None if rows is None else rows[step], out=G)
+            if separable is not None:
+                problem.backend.kernels.normal_map_step(Z, G, no_shift if D is None else D, no_reference, no_reference,
+                                                        lr, 0.0, kind, thetas[step], w, Z, P)
+                continue
             if D is not None:
                 G += D
             G *= lr
             Z -= G
-            if prox_steps is not None:
-                reg.prox(Z, prox_steps[step], out=P)
+            reg.prox(Z, prox_steps[step], out=P)
         return Z, P
 
     def gradients(self, env: Env, X, out=None):
@@ -143,26 +153,25 @@ class Algorithm:
         rows = None if batch is None else env.problem.sample_rows(env.rng, batch)
         return env.problem.client_grad(X, rows, out=out)
 
-    def _fused(self, problem, reg, rows, Z, P, D, lr, prox_steps) -> bool:
+    def _separable_prox(self, problem, reg, dtype, prox_steps):
+        """``(kind, thetas, w)``: the prox of every local step in the element-wise form of
+        :mod:`fedopt.kernels` (``thetas[l]`` for step ``l``; IDENTITY without ``prox_steps``), or
+        None for a row-wise prox (group lasso, simplex, ...)."""
         from fedopt import kernels as K
 
-        xp = problem.backend.xp
         if prox_steps is None:
-            kind, w = K.IDENTITY, xp.empty((0, 0), dtype=Z.dtype)
-            thetas = np.zeros((self.local_steps, 1))
+            return K.IDENTITY, np.zeros((self.local_steps, 1)), problem.backend.xp.empty((0, 0), dtype=dtype)
+        forms = {step: reg._elementwise(float(step), problem.backend, dtype) for step in set(prox_steps)}
+        if any(form is None for form in forms.values()):
+            return None
+        kind, theta, w = next(iter(forms.values()))
+        thetas = np.empty((len(prox_steps), len(theta)))
+        if len(forms) == 1:  # one step size for all local steps, the usual case
+            thetas[...] = theta
         else:
-            forms = {step: reg._elementwise(float(step), problem.backend, Z.dtype) for step in set(prox_steps)}
-            if any(form is None for form in forms.values()):  # a row-wise prox (group, simplex, ...)
-                return False
-            kind, theta, w = next(iter(forms.values()))
-            thetas = np.empty((len(prox_steps), len(theta)))
-            if len(forms) == 1:  # one step size for all local steps, the usual case
-                thetas[...] = theta
-            else:
-                for row, step in zip(thetas, prox_steps):
-                    row[...] = forms[step][1]
-        D = xp.empty((0, 0), dtype=Z.dtype) if D is None else D
-        return problem.fused_local_steps(rows, D, lr, kind, thetas, w, Z, P)
+            for row, step in zip(thetas, prox_steps):
+                row[...] = forms[step][1]
+        return kind, thetas, w
 
     @staticmethod
     def per_client(problem, v):
