@@ -60,15 +60,17 @@ point). Each oracle writes the mean loss of client ``i`` to ``loss_out[i]`` and 
 ``mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out)``
     One hidden sigmoid layer and softmax cross-entropy; ``W[i] = [W1 (h, d), b1, W2 (k, h), b2]``.
 
-The fused local loop (CPU only: :mod:`.reference` and :mod:`.cpu`)
-------------------------------------------------------------------
+The fused local loop (:mod:`.reference`, :mod:`.cpu` and :mod:`.gpu`)
+----------------------------------------------------------------------
 ``local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P)``
     All local steps of a round for a linear model, ``rows`` of shape ``(Q, n, b)`` (or
     ``(Q, n, 0)`` for full local gradients): for each step ``l`` and client ``i``,
     ``Z[i] -= lr * (grad f_i(P[i]) + D[i])`` and ``P[i] = prox(Z[i])`` with the separable prox
     ``prox_kind`` at parameters ``thetas[l]`` (IDENTITY copies; ``P`` may be ``Z`` itself).
     ``D`` is ``(n, p)`` or ``(0, 0)``. On the CPU this is one ``prange`` over clients whose Q
-    steps run serially in cache.
+    steps run serially in cache; on the GPU one thread block per client, for dense single-output
+    models whose state fits in shared memory. A kernel may return None for a case it does not
+    cover, and the caller then steps array-wise.
 
 Gossip over neighbour lists (CPU only: :mod:`.reference` and :mod:`.cpu`)
 -------------------------------------------------------------------------

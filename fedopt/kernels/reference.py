@@ -235,7 +235,7 @@ def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, gra
 
 
 def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
-    """The local steps of a round for a linear model (CPU fast path; see :mod:`fedopt.kernels`).
+    """The local steps of a round for a linear model (the fused path's reference; see :mod:`fedopt.kernels`).
 
     For each step ``l``: ``G = grad f_i(P[i]; rows[l, i])`` for every client,
     ``Z -= lr * (G + D)`` (``D`` may be empty) and ``P = prox_l(Z)``, the separable prox of code

@@ -47,14 +47,17 @@ class LinearModel(Problem):
                                            self.dataset.scale, self.fit_intercept, loss_out, grad_out)
 
     def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
+        """All local steps in one ``local_steps_linear`` call; False when the backend has no such
+        kernel, or its kernel returns None for this model (the GPU kernel declines CSR features
+        and SOFTMAX), and the caller then steps array-wise."""
         kernel = getattr(self.backend.kernels, "local_steps_linear", None)
         if kernel is None:
             return False
         if rows is None:
             rows = np.empty((len(thetas), self.n_clients, 0), dtype=np.int64)
-        kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale, self.fit_intercept,
-               D, lr, prox_kind, thetas, w, Z, P)
-        return True
+        done = kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale,
+                      self.fit_intercept, D, lr, prox_kind, thetas, w, Z, P)
+        return done is not None
 
     def decision_function(self, x, X=None):
         """Margins ``scale * X @ coef.T + intercept``, shape ``(m, n_out)``."""

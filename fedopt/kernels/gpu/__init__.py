@@ -5,7 +5,10 @@
 * :mod:`fedopt.kernels.batched` -- the model oracles as cuBLAS batched products through CuPy;
 * :mod:`.rows` -- Numba-CUDA kernels, one thread block per row, for the l2 ball, the group lasso,
   the simplex and the l1 ball; they take CuPy arrays as they are and launch on the stream that
-  their ``__cuda_array_interface__`` names.
+  their ``__cuda_array_interface__`` names;
+* :mod:`.local_steps` -- the fused local steps of a round for least squares and logistic models
+  on dense features (Numba-CUDA, one thread block per client); it returns None for what it does
+  not cover (CSR features, SOFTMAX), and the caller then steps array-wise.
 
 Signatures are those of :mod:`fedopt.kernels.reference`; ``theta`` stays a host float64 NumPy
 array, every other array argument is a CuPy array. The CuPy half is imported on first use, not
@@ -15,11 +18,12 @@ simulator of a machine without CuPy.
 
 from fedopt.kernels import KERNEL_NAMES
 from fedopt.kernels.batched import linear_oracle, mlp_oracle
+from fedopt.kernels.gpu.local_steps import local_steps_linear
 from fedopt.kernels.gpu.rows import project_l1_ball, project_l2_ball, project_simplex, prox_group
 
 _CUPY_KERNELS = ("normal_map_step", "prox_elementwise", "prox_nuclear")
 
-__all__ = list(KERNEL_NAMES)
+__all__ = [*KERNEL_NAMES, "local_steps_linear"]
 
 
 def __getattr__(name):
