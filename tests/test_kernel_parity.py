@@ -174,8 +174,8 @@ def test_fused_local_steps_match_reference(kind, n_out, storage, dtype):
             for prox_kind, thetas in proxes:
                 for D in (np.empty((0, 0), dtype), (0.1 * rng.standard_normal((n, p))).astype(dtype)):
                     start = (0.3 * rng.standard_normal((n, p))).astype(dtype)
-                    args = (X, y, offsets, rows, kind, n_out, 0.7, fit_intercept, D, 0.2, prox_kind, thetas.astype(dtype),
-                            np.empty((0, 0), dtype))
+                    args = (X, y, offsets, rows, kind, n_out, 0.7, fit_intercept, D, 0.2, prox_kind,
+                            thetas.astype(dtype), np.empty((0, 0), dtype))
                     Z_ref, P_ref = reference.local_steps_linear(*args, start.copy(), start.copy())
                     Z, P = cpu.local_steps_linear(*args, start.copy(), start.copy())
                     assert Z.dtype == P.dtype == dtype

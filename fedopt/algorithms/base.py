@@ -125,18 +125,19 @@ class Algorithm:
         rows = None if batch is None else problem.sample_rows(env.rng, batch, steps=self.local_steps)
         xp = problem.backend.xp
         separable = self._separable_prox(problem, reg, Z.dtype, prox_steps)
-        no_shift = xp.empty((0, 0), dtype=Z.dtype)
-        if separable is not None and problem.fused_local_steps(rows, no_shift if D is None else D, lr, *separable, Z, P):
+        shift = xp.empty((0, 0), dtype=Z.dtype) if D is None else D  # the kernels' "no shift"
+        if separable is not None and problem.fused_local_steps(rows, shift, lr, *separable, Z, P):
             return Z, P
         G = xp.empty_like(Z)
-        if separable is not None:  # z -= lr * (g + D) and x = prox(z) in one pass: the normal-map kernel without its reference term
+        if separable is not None:
+            # z -= lr * (g + D) and x = prox(z) in one pass: the normal-map step without its reference term
             kind, thetas, w = separable
             no_reference = xp.zeros(problem.n_params, dtype=Z.dtype)
         for step in range(self.local_steps):
             problem.client_grad(P, None if rows is None else rows[step], out=G)
             if separable is not None:
-                problem.backend.kernels.normal_map_step(Z, G, no_shift if D is None else D, no_reference, no_reference,
-                                                        lr, 0.0, kind, thetas[step], w, Z, P)
+                problem.backend.kernels.normal_map_step(Z, G, shift, no_reference, no_reference, lr, 0.0, kind,
+                                                        thetas[step], w, Z, P)
                 continue
             if D is not None:
                 G += D

@@ -169,14 +169,13 @@ class Problem:
         return rows
 
     def _row_bounds(self, batch_size: int):
-        """``(m_i, first row of client i)`` repeated to shape ``(n_clients, batch_size)``, made once per batch size:
-        products with full-width rows run several times faster than broadcasting a column."""
-        bounds = self._row_bounds_cache.get(batch_size)
-        if bounds is None:
+        """``(m_i, first row of client i)``, each repeated to shape ``(n_clients, batch_size)`` once per
+        batch size: products with full-width rows run several times faster than broadcasting a column."""
+        if batch_size not in self._row_bounds_cache:
             shape = (self.n_clients, batch_size)
             sizes = np.broadcast_to(self.dataset.client_sizes[:, None].astype(np.float64), shape).copy()
-            bounds = self._row_bounds_cache[batch_size] = (sizes, np.broadcast_to(self._offsets[:-1, None], shape).copy())
-        return bounds
+            self._row_bounds_cache[batch_size] = (sizes, np.broadcast_to(self._offsets[:-1, None], shape).copy())
+        return self._row_bounds_cache[batch_size]
 
     # ------------------------------------------------------------------ evaluation
     def score(self, x, test: bool = True) -> float:

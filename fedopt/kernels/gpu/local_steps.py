@@ -135,7 +135,7 @@ def _bounds(threads):
     return {} if numba.config.ENABLE_CUDASIM else {"launch_bounds": (threads, MIN_BLOCKS_PER_SM)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _build(threads: int, tile: int, per_thread: int, single: bool):
     """The kernel for ``threads`` per block, ``tile`` rows per tile, ``per_thread`` coordinates per
     thread and float32 (``single``) or float64 state; the sizes are compile-time constants, so the
@@ -280,7 +280,7 @@ def _on_device(a, stream, dtype):
 def _pointer(a):
     """The address of ``a``'s data, to tell whether two arrays are one (the simulator's device
     arrays wrap a NumPy array ``_ary``)."""
-    interface = getattr(a, "__cuda_array_interface__", None) or getattr(getattr(a, "_ary", a), "__array_interface__")
+    interface = getattr(a, "__cuda_array_interface__", None) or getattr(a, "_ary", a).__array_interface__
     return interface["data"][0]
 
 
