@@ -4,7 +4,7 @@
 (180 runs of the MLP + elastic net). First the grid runs serially in this process, instrumented
 (:func:`fedopt.sweep.bench.sweep_breakdown`: compile, data, rounds, metrics, store); then it is
 timed with the local executor and ``FEDOPT_SWEEP_WORKERS`` worker processes (default 2), a fresh
-store each time. The shipped experiment has 500 rounds, which takes well over an hour on two
+store each time. The shipped experiment has 500 rounds, which takes about 50 minutes (both passes) on two
 cores; the benchmark runs ``FEDOPT_SWEEP_ROUNDS`` rounds (default 50) and ``FEDOPT_SWEEP_SEEDS``
 seeds (default all 10), and reports rounds per second too, which does not depend on the round
 count. The compile phase is what this process still had to compile or load from Numba's on-disk

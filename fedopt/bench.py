@@ -28,7 +28,7 @@ shape ``d = 64, n = 100, b = 8, Q = 10`` and the MNIST shape ``d = 784, n = 100,
 units (32 with ``quick``) and 10 classes. ``clients`` replaces ``n``. ``quick`` keeps the shapes
 but holds fewer rows per client, times fewer calls, and runs the MLP rounds at the sweep shape.
 
-``peers=True`` adds, for the FedNMap logistic + l1 rounds in float64, the time of the peer
+``peers=True`` adds, for the FedNMap logistic + l1 and MLP + l1 rounds in float64, the time of the peer
 implementations in ``bench/peers/`` of a source checkout (a per-client NumPy loop, batched
 PyTorch when torch is importable) on the same rows, checked against fedopt's round first.
 
@@ -301,18 +301,20 @@ class Suite:
             algorithm = method(name, Q, b)
             state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
             seconds = self.timer.best(lambda: algorithm.round(state), calls=2 if self.quick else 5)
+            peers = self.peer_times(problem, algorithm, state, seconds) if name == "fednmap" else {}
             self.add(Row.make("round", f"{name}-mlp-h{h}-l1", self.label(shape_name, d, n, b, Q), dtype,
-                              self.backend.name, seconds, Q * _mlp_flops(n, b, d, h), "GFLOP/s", "GEMM", floor))
+                              self.backend.name, seconds, Q * _mlp_flops(n, b, d, h), "GFLOP/s", "GEMM", floor, peers))
 
     # ---- peers
     def peer_times(self, problem, algorithm, state, seconds) -> dict:
-        """``{peer: {"seconds", "speedup"}}`` of the peers of a FedNMap logistic + l1 round (float64 only)."""
+        """``{peer: {"seconds", "speedup"}}`` of the peers of a FedNMap logistic or MLP + l1 round (float64 only)."""
         if not self.peers or problem.dtype != np.float64:
             return {}
         peers = load_peers()
         if not peers:
             return {}
-        X, y = problem.dataset.X, 2.0 * problem.dataset.y - 1  # the host rows and the +-1 labels
+        mlp = (problem.hidden, problem.n_classes) if problem.name == "mlp" else None
+        X, y = problem.dataset.X, problem.dataset.y if mlp else 2.0 * problem.dataset.y - 1  # class codes or +-1
         state = algorithm.round(state)  # nonzero corrections
         rows = problem.sample_rows(np.random.default_rng(3), algorithm.batch_size, steps=algorithm.local_steps)
         z, c = self.backend.to_numpy(state.z), self.backend.to_numpy(state.vars["c"])
@@ -320,7 +322,7 @@ class Suite:
         times = {}
         for name, make in peers.items():
             peer_round = make(X, y, rows, z, c, lam=LAM, lr_local=algorithm.lr_local, lr_server=algorithm.lr_server,
-                              gamma=algorithm.gamma, device="cuda" if self.backend.name == "gpu" else "cpu")
+                              gamma=algorithm.gamma, device="cuda" if self.backend.name == "gpu" else "cpu", mlp=mlp)
             if peer_round is None:
                 continue
             z_peer = peer_round()
@@ -350,9 +352,10 @@ def round_on_rows(algorithm, state, rows):
 def load_peers() -> dict:
     """The peer round builders of ``bench/peers/`` in a source checkout: ``{name: make(...)}``.
 
-    Each ``make(X, y, rows, z, c, lam, lr_local, lr_server, gamma, device)`` returns a
-    zero-argument callable that runs one FedNMap round and returns the next server point as a
-    NumPy array, or None when the peer cannot run here (torch missing, no CUDA device).
+    Each ``make(X, y, rows, z, c, lam, lr_local, lr_server, gamma, device, mlp)`` returns a
+    zero-argument callable that runs one FedNMap round (logistic regression, or the MLP when
+    ``mlp=(hidden, classes)``) and returns the next server point as a NumPy array, or None when
+    the peer cannot run here (torch missing, no CUDA device).
     """
     root = Path(__file__).resolve().parent.parent / "bench"
     if not (root / "peers").is_dir():
@@ -361,9 +364,12 @@ def load_peers() -> dict:
         sys.path.insert(0, str(root))
     from peers import numpy_fednmap, torch_fednmap
 
-    def numpy_loop(X, y, rows, z, c, lam, lr_local, lr_server, gamma, device):
+    def numpy_loop(X, y, rows, z, c, lam, lr_local, lr_server, gamma, device, mlp=None):
         corrections = list(c)
-        return lambda: numpy_fednmap.fednmap_round(X, y, rows, z, corrections, lam, lr_local, lr_server, gamma)[0]
+        grad = numpy_fednmap.logistic_grad if mlp is None else (
+            lambda A, yb, x: numpy_fednmap.mlp_grad(A, yb, x, *mlp))
+        return lambda: numpy_fednmap.fednmap_round(X, y, rows, z, corrections, lam, lr_local, lr_server, gamma,
+                                                   grad)[0]
 
     return {"numpy_loop": numpy_loop, "torch_batched": torch_fednmap.fednmap_round_builder}
 

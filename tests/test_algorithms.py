@@ -200,6 +200,31 @@ def test_the_fused_local_loop_equals_the_step_by_step_loop(method, monkeypatch):
     np.testing.assert_allclose(fused.x, stepwise.x, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("method", ["fednmap", "fedcanon"])
+@pytest.mark.parametrize("batch_size", [8, None], ids=["minibatch", "full"])
+def test_the_fused_mlp_local_loop_equals_the_step_by_step_loop_and_the_reference(method, batch_size, monkeypatch):
+    from fedopt.problems import MLP
+
+    def problem(backend):
+        rng = np.random.default_rng(2)
+        X = rng.normal(size=(240, 9))
+        return MLP(partition(X, (X[:, :3]).argmax(axis=1), 4, "sorted"), hidden=5, backend=backend)
+
+    kw = dict(rounds=3, local_steps=3, lr_local=0.3, batch_size=batch_size, seed=4)
+    fused_problem = problem("numba")
+    calls = []
+    kernel = fused_problem.fused_local_steps
+    monkeypatch.setattr(fused_problem, "fused_local_steps", lambda *args: calls.append(kernel(*args)) or calls[-1])
+    fused = fedopt.run(method, fused_problem, L1(0.01), **kw)
+    assert calls and all(calls)  # every round took the fused kernel
+    stepwise_problem = problem("numba")
+    monkeypatch.setattr(stepwise_problem, "fused_local_steps", lambda *args: False)
+    stepwise = fedopt.run(method, stepwise_problem, L1(0.01), **kw)
+    reference = fedopt.run(method, problem("numpy"), L1(0.01), **kw)
+    np.testing.assert_allclose(fused.x, stepwise.x, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(fused.x, reference.x, rtol=1e-10, atol=1e-12)
+
+
 def test_row_wise_regularizers_take_the_step_by_step_loop_on_every_backend():
     from fedopt.regularizers import GroupLasso
 

@@ -51,7 +51,7 @@ def test_quick_bench_writes_rows_with_positive_finite_ratios(tmp_path, capsys):
         assert row["floor"] == ("GEMM" if row["unit"] == "GFLOP/s" else "copy")
         assert row["name"] in printed
     peered = [row for row in rows if row["peers"]]
-    assert {row["name"] for row in peered} == {"fednmap-logistic-l1"}  # float64 FedNMap rounds, both shapes
+    assert {row["name"] for row in peered} == {"fednmap-logistic-l1", "fednmap-mlp-h32-l1"}  # float64 FedNMap rounds
     assert all(peer["speedup"] > 0 for row in peered for peer in row["peers"].values())
 
 
@@ -157,6 +157,22 @@ def test_torch_peer_computes_fedopts_rounds():
     expected = bench.round_on_rows(fedavg, start, rows).x
     run = torch_fednmap.fedavg_round_builder(X, y, rows, start.x, 0.05, 0.1, 1.0)
     np.testing.assert_allclose(run(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_mlp_peers_compute_fedopts_round():
+    problem = bench.mlp_problem(7, 4, 10, 5, "float64", "numba")
+    method = algorithms.make("fednmap", local_steps=3, lr_local=0.2, gamma=4.0, batch_size=3)
+    state = method.round(method.init(problem, L1(0.01), np.random.default_rng(1)))
+    rows = problem.sample_rows(np.random.default_rng(2), 3, steps=3)
+    expected = bench.round_on_rows(method, state, rows).z
+    X, y, mlp = problem.dataset.X, problem.dataset.y, (5, bench.CLASSES)
+    z_peer, _ = numpy_fednmap.fednmap_round(X, y, rows, state.z, list(state.vars["c"]), 0.01, 0.2, 1.0, 4.0,
+                                            lambda A, yb, x: numpy_fednmap.mlp_grad(A, yb, x, *mlp))
+    np.testing.assert_allclose(z_peer, expected, rtol=1e-10, atol=1e-12)
+    assert np.abs(expected - state.z).max() > 1e-3  # the round moved
+    if torch_fednmap.AVAILABLE:
+        run = torch_fednmap.fednmap_round_builder(X, y, rows, state.z, state.vars["c"], 0.01, 0.2, 1.0, 4.0, mlp=mlp)
+        np.testing.assert_allclose(run(), expected, rtol=1e-10, atol=1e-12)
 
 
 def test_torch_and_flower_peers_say_when_they_cannot_run():

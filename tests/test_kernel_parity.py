@@ -181,3 +181,65 @@ def test_fused_local_steps_match_reference(kind, n_out, storage, dtype):
                     assert Z.dtype == P.dtype == dtype
                     np.testing.assert_allclose(Z, Z_ref, **tolerances(dtype))
                     np.testing.assert_allclose(P, P_ref, **tolerances(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("features", ["float", "uint8"])
+def test_mlp_kernels_match_reference(features, dtype):
+    """``mlp_oracle`` and ``local_steps_mlp``: odd and even sizes, shared and per-client points,
+    minibatches and full passes (a 301-row client takes two chunks), serial and parallel variants."""
+    from fedopt import kernels as K
+    from fedopt.kernels import cpu, reference
+    from fedopt.kernels.cpu.mlp import CHUNK
+
+    rng = np.random.default_rng(len(features))
+    offsets = np.array([0, 1, 8, 8 + CHUNK + 45, 8 + CHUNK + 61])
+    n, steps = 4, 3
+    for d, h, k, batch in ((7, 3, 2, 5), (8, 4, 3, 6), (40, 33, 4, 33)):  # the last is parallel work
+        X = rng.standard_normal((offsets[-1], d))
+        X = rng.integers(0, 256, X.shape).astype(np.uint8) if features == "uint8" else X.astype(dtype)
+        scale = 1 / 255 if features == "uint8" else 0.7
+        y = rng.integers(0, k, offsets[-1]).astype(dtype)
+        p = h * (d + 1) + k * (h + 1)
+        minibatch = np.stack([rng.integers(offsets[i], offsets[i + 1], batch) for i in range(n)])
+        for W in (rng.standard_normal((1, p)).astype(dtype), rng.standard_normal((n, p)).astype(dtype)):
+            for rows in (minibatch, np.empty((n, 0), np.int64)):
+                loss_ref, grad_ref = reference.mlp_oracle(X, y, offsets, W, rows, h, k, scale, np.empty(n, dtype),
+                                                          np.empty((n, p), dtype))
+                loss, grad = cpu.mlp_oracle(X, y, offsets, W, rows, h, k, scale, np.empty(n, dtype),
+                                            np.empty((n, p), dtype))
+                np.testing.assert_allclose(loss, loss_ref, **tolerances(dtype))
+                np.testing.assert_allclose(grad, grad_ref, **tolerances(dtype))
+                loss_only = cpu.mlp_oracle(X, y, offsets, W, rows, h, k, scale, np.empty(n, dtype),
+                                           np.empty((0, 0), dtype))[0]
+                np.testing.assert_allclose(loss_only, loss_ref, **tolerances(dtype))
+        rows = np.stack([np.stack([rng.integers(offsets[i], offsets[i + 1], batch) for i in range(n)])
+                         for _ in range(steps)])
+        for rows in (rows, np.empty((steps, n, 0), np.int64)):
+            for prox_kind, theta in ((K.SOFT, [0.02, 0.9]), (K.CLIP, [-0.3, 0.25]), (K.IDENTITY, [0.0, 0.0])):
+                for D in (np.empty((0, 0), dtype), (0.1 * rng.standard_normal((n, p))).astype(dtype)):
+                    start = (0.3 * rng.standard_normal((n, p))).astype(dtype)
+                    args = (X, y, offsets, rows, h, k, scale, D, 0.2, prox_kind,
+                            np.tile(theta, (steps, 1)).astype(dtype), np.empty((0, 0), dtype))
+                    Z_ref, P_ref = reference.local_steps_mlp(*args, start.copy(), start.copy())
+                    Z, P = cpu.local_steps_mlp(*args, start.copy(), start.copy())
+                    assert Z.dtype == P.dtype == dtype
+                    np.testing.assert_allclose(Z, Z_ref, **tolerances(dtype))
+                    np.testing.assert_allclose(P, P_ref, **tolerances(dtype))
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (8, 4), (3, 7, 9), (2, 8, 1)], ids=str)
+def test_minibatch_rows_match_reference(shape):
+    from fedopt.kernels import reference
+    from fedopt.kernels.cpu.sampling import minibatch_rows
+
+    rng = np.random.default_rng(shape[-1])
+    sizes = rng.integers(1, 1000, shape[-2]).astype(np.float64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    u = rng.random(shape)
+    u[..., 0] = np.nextafter(1.0, 0.0)  # the largest draw stays on the client's last row
+    expected = reference.minibatch_rows(u, sizes, starts)
+    rows = minibatch_rows(u, sizes, starts)
+    assert rows.dtype == np.int64 and rows.shape == shape
+    np.testing.assert_array_equal(rows, expected)
+    np.testing.assert_array_equal(rows[..., 0], np.broadcast_to(starts + sizes.astype(np.int64) - 1, rows.shape[:-1]))

@@ -1,10 +1,12 @@
-"""FedNMap and FedAvg for l1-regularized logistic regression, batched over clients in PyTorch.
+"""FedNMap and FedAvg with an l1 penalty, batched over clients in PyTorch.
 
 What a careful PyTorch user would write: no loop over clients; per local step one gather of the
-sampled rows into an ``(n, b, d)`` tensor, two batched products (``bmm``) and a soft threshold,
-on the CPU or a CUDA device. The math is that of :mod:`peers.numpy_fednmap` and of fedopt's
-``FedNMap`` / ``FedAvg`` rounds (uniform client weights, labels +-1, no intercept), on the same
-minibatch rows ``rows[l, i]`` (global indices), so the results can be checked against each other.
+sampled rows into an ``(n, b, d)`` tensor, the model's batched products (``bmm``: two for
+logistic regression, four for the MLP) and a soft threshold, on the CPU or a CUDA device. The
+math is that of :mod:`peers.numpy_fednmap` and of fedopt's ``FedNMap`` / ``FedAvg`` rounds
+(uniform client weights; logistic regression with labels +-1 and no intercept, or fedopt's
+``MLP``), on the same minibatch rows ``rows[l, i]`` (global indices), so the results can be
+checked against each other.
 
 torch is optional: :data:`AVAILABLE` says whether it imported, and the builders return None
 without it (or without a CUDA device when one is asked for).
@@ -33,8 +35,25 @@ def logistic_grads(A, yb, P):
     return torch.bmm(coef.unsqueeze(1), A).squeeze(1)  # (n, d)
 
 
-def fednmap_round(X, y, rows, z, C, lam, lr_local, lr_server, gamma):
-    """One FedNMap round on tensors: returns ``(z_next, C_next)``; ``C`` is ``(n, d)``."""
+def mlp_grads(A, yb, P, hidden, classes):
+    """Every client's mean gradient of fedopt's ``MLP`` (``P[i] = [W1 (h, d), b1, W2 (k, h), b2]``)
+    on its rows ``A[i]`` with class codes ``yb``; backpropagation written out with ``bmm``."""
+    n, b, d = A.shape
+    h, k = hidden, classes
+    W1, b1 = P[:, : h * d].reshape(n, h, d), P[:, None, h * d : h * d + h]
+    W2, b2 = P[:, h * d + h : h * d + h + k * h].reshape(n, k, h), P[:, None, h * d + h + k * h :]
+    H = torch.sigmoid(torch.bmm(A, W1.transpose(1, 2)) + b1)
+    dO = torch.softmax(torch.bmm(H, W2.transpose(1, 2)) + b2, dim=2)
+    dO -= torch.nn.functional.one_hot(yb.long(), k).to(dO.dtype)
+    dO /= b
+    dA = torch.bmm(dO, W2) * H * (1 - H)
+    return torch.cat([torch.bmm(dA.transpose(1, 2), A).reshape(n, h * d), dA.sum(dim=1),
+                      torch.bmm(dO.transpose(1, 2), H).reshape(n, k * h), dO.sum(dim=1)], dim=1)
+
+
+def fednmap_round(X, y, rows, z, C, lam, lr_local, lr_server, gamma, grads=logistic_grads):
+    """One FedNMap round on tensors: returns ``(z_next, C_next)``; ``C`` is ``(n, p)`` and
+    ``grads(A, yb, P)`` the model's batched minibatch gradients."""
     local_steps, n = rows.shape[0], rows.shape[1]
     x = soft_threshold(z, gamma * lam)
     Z = z.expand(n, -1).clone()
@@ -42,7 +61,7 @@ def fednmap_round(X, y, rows, z, C, lam, lr_local, lr_server, gamma):
     shift = C + (z - x) / gamma
     for step in range(local_steps):
         batch = rows[step]
-        Z -= lr_local * (logistic_grads(X[batch], y[batch], P) + shift)
+        Z -= lr_local * (grads(X[batch], y[batch], P) + shift)
         P = soft_threshold(Z, gamma * lam)
     Y = (z - Z) / (lr_local * local_steps)
     y_bar = Y.mean(dim=0)
@@ -71,17 +90,21 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def fednmap_round_builder(X, y, rows, z, c, lam, lr_local, lr_server, gamma, device="cpu"):
-    """A zero-argument callable running one round on ``device`` and returning ``z_next`` (NumPy), or None."""
+def fednmap_round_builder(X, y, rows, z, c, lam, lr_local, lr_server, gamma, device="cpu", mlp=None):
+    """A zero-argument callable running one round on ``device`` and returning ``z_next`` (NumPy), or None.
+
+    ``mlp=(hidden, classes)`` runs the MLP instead of logistic regression."""
     if not AVAILABLE or (device := _device(device)) is None:
         return None
     X_t, y_t = torch.as_tensor(X, device=device), torch.as_tensor(y, device=device, dtype=torch.as_tensor(X).dtype)
     rows_t = torch.as_tensor(np.asarray(rows), device=device)
     z_t, c_t = torch.as_tensor(z, device=device), torch.as_tensor(np.asarray(c), device=device)
 
+    grads = logistic_grads if mlp is None else (lambda A, yb, P: mlp_grads(A, yb, P, *mlp))
+
     def run():
         with torch.no_grad():
-            z_next, _ = fednmap_round(X_t, y_t, rows_t, z_t, c_t, lam, lr_local, lr_server, gamma)
+            z_next, _ = fednmap_round(X_t, y_t, rows_t, z_t, c_t, lam, lr_local, lr_server, gamma, grads)
         _sync(device)
         return z_next.cpu().numpy()
 

@@ -71,6 +71,9 @@ The fused local loop (:mod:`.reference`, :mod:`.cpu` and :mod:`.gpu`)
     steps run serially in cache; on the GPU one thread block per client, for dense single-output
     models whose state fits in shared memory. A kernel may return None for a case it does not
     cover, and the caller then steps array-wise.
+``local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox_kind, thetas, w, Z, P)``
+    The same for the MLP of ``mlp_oracle`` (CPU only: one ``prange`` task per client, BLAS
+    products on buffers that stay in cache).
 
 Gossip over neighbour lists (CPU only: :mod:`.reference` and :mod:`.cpu`)
 -------------------------------------------------------------------------

@@ -4,8 +4,8 @@ A minibatch step gathers every client's rows into ``(n, b, d)`` and does each la
 batched matrix product (``matmul`` on 3-D arrays: BLAS on the CPU, cuBLAS strided-batched GEMM
 on the GPU). Full-data passes run one pair of products per client on its contiguous row block,
 because clients may hold different numbers of rows. Signatures are those of
-:mod:`fedopt.kernels.reference`; the CPU backend uses :func:`mlp_oracle` from here, the GPU
-backend both functions.
+:mod:`fedopt.kernels.reference`; the GPU backend uses both (on the CPU, per-client tasks that keep
+each client's rows in cache are faster: :mod:`fedopt.kernels.cpu.mlp`).
 """
 
 from __future__ import annotations

@@ -249,6 +249,24 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
     return Z, P
 
 
+def local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox_kind, thetas, w, Z, P):
+    """:func:`local_steps_linear` for the MLP of :func:`mlp_oracle`."""
+    G = np.empty_like(Z)
+    for step in range(rows.shape[0]):
+        mlp_oracle(X, y, offsets, P, rows[step], n_hidden, n_classes, scale, np.empty(0, Z.dtype), G)
+        Z -= lr * (G + D) if D.size else lr * G
+        P[...] = _elementwise(Z, prox_kind, thetas[step], w)
+    return Z, P
+
+
+def minibatch_rows(u, sizes, starts):
+    """Global row indices ``starts[i] + floor(u[..., i, j] * sizes[i])`` of uniform draws ``u`` in
+    ``[0, 1)`` of shape ``(..., n, b)``: client ``i``'s rows are ``starts[i] .. starts[i] + sizes[i] - 1``."""
+    rows = (u * sizes[:, None]).astype(np.int64)
+    rows += starts[:, None]
+    return rows
+
+
 def mix_sparse(indptr, indices, weights, V, out):
     """One gossip ``out = W @ V`` over neighbour lists: ``W`` in CSR form ``(indptr, indices, weights)``.
 

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 
 from fedopt._backend import Backend, get_backend
 from fedopt.datasets import FederatedDataset
+from fedopt.kernels.cpu.sampling import minibatch_rows
 
 WEIGHTS = ("uniform", "samples")
 
@@ -62,7 +63,7 @@ class Problem:
             self._X_test = self._to_backend_features(dataset.X_test)
             self._y_test = self.backend.xp.asarray(self._targets(dataset.y_test), dtype=self.dtype)
         self._no_rows = np.empty((self.n_clients, 0), dtype=np.int64)
-        self._row_bounds_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._client_sizes = dataset.client_sizes.astype(np.float64)  # m_i, for the minibatch draws
         self._weights_device = self.backend.xp.asarray(self.weights, dtype=self.dtype)
 
     # ------------------------------------------------------------------ what subclasses define
@@ -159,23 +160,9 @@ class Problem:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         shape = (self.n_clients, batch_size) if steps is None else (int(steps), self.n_clients, batch_size)
-        sizes, starts = self._row_bounds(batch_size)
-        # floor(u * m_i) for u uniform in [0, 1): uniform on 0..m_i - 1, and several times faster
-        # than Generator.integers with per-client bounds
-        u = rng.random(shape)
-        u *= sizes
-        rows = u.astype(np.int64)
-        rows += starts
-        return rows
-
-    def _row_bounds(self, batch_size: int):
-        """``(m_i, first row of client i)``, each repeated to shape ``(n_clients, batch_size)`` once per
-        batch size: products with full-width rows run several times faster than broadcasting a column."""
-        if batch_size not in self._row_bounds_cache:
-            shape = (self.n_clients, batch_size)
-            sizes = np.broadcast_to(self.dataset.client_sizes[:, None].astype(np.float64), shape).copy()
-            self._row_bounds_cache[batch_size] = (sizes, np.broadcast_to(self._offsets[:-1, None], shape).copy())
-        return self._row_bounds_cache[batch_size]
+        # starts_i + floor(u * m_i) for u uniform in [0, 1): uniform on client i's rows; written over
+        # u's own memory (a second 5 MB array at n = 1000, Q = 10, b = 64 cost 2.7 ms in page faults)
+        return minibatch_rows(rng.random(shape), self._client_sizes, self._offsets[:-1])
 
     # ------------------------------------------------------------------ evaluation
     def score(self, x, test: bool = True) -> float:

@@ -59,6 +59,17 @@ class MLP(Problem):
         self.backend.kernels.mlp_oracle(self._X, self._y, self._offsets, W, rows, self.hidden, self.n_classes,
                                         self.dataset.scale, loss_out, grad_out)
 
+    def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
+        """All local steps in one ``local_steps_mlp`` call where the backend has that kernel (the CPU)."""
+        kernel = getattr(self.backend.kernels, "local_steps_mlp", None)
+        if kernel is None:
+            return False
+        if rows is None:
+            rows = np.empty((len(thetas), self.n_clients, 0), dtype=np.int64)
+        kernel(self._X, self._y, self._offsets, rows, self.hidden, self.n_classes, self.dataset.scale, D, lr,
+               prox_kind, thetas, w, Z, P)
+        return True
+
     def decision_function(self, x, X=None):
         """Output-layer scores ``O``, shape ``(m, n_classes)``."""
         W1, b1, W2, b2 = self.unpack(self._vector(x))
