@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from fedopt._backend import Backend, get_backend
 from fedopt.datasets import FederatedDataset
 from fedopt.kernels.cpu.sampling import minibatch_rows
+from fedopt.problems._arguments import PointArguments
 
 WEIGHTS = ("uniform", "samples")
 
@@ -30,7 +31,7 @@ def client_weights(dataset: FederatedDataset, weights) -> np.ndarray:
     return w
 
 
-class Problem:
+class Problem(PointArguments):
     """Base class of the federated problems: the data on a backend and the batched oracles.
 
     A problem owns a :class:`~fedopt.datasets.FederatedDataset` and the client weights ``w_i``;
@@ -195,21 +196,6 @@ class Problem:
         if X.dtype == np.uint8:
             return self.backend.xp.asarray(X)
         return self.backend.asarray(X, dtype=self.dtype)
-
-    def _points(self, W):
-        W = self.backend.asarray(W, dtype=self.dtype)
-        if W.ndim == 1:
-            W = W.reshape(1, -1)
-        if W.ndim != 2 or W.shape[1] != self.n_params or W.shape[0] not in (1, self.n_clients):
-            raise ValueError(f"W must have shape ({self.n_params},) or ({self.n_clients}, {self.n_params}) "
-                             f"(one point for all clients, or one per client), got {tuple(W.shape)}")
-        return W
-
-    def _vector(self, x):
-        x = self.backend.asarray(x, dtype=self.dtype)
-        if x.shape != (self.n_params,):
-            raise ValueError(f"x must have shape ({self.n_params},), got {tuple(x.shape)}")
-        return x
 
     def _rows(self, rows):
         if rows is None:

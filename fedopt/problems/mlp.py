@@ -26,7 +26,8 @@ class MLP(Problem):
             raise ValueError(f"hidden must be an integer >= 1, got {hidden}")
         self.hidden = hidden
         if getattr(dataset, "is_sparse", False):
-            raise ValueError("the MLP takes dense features; pass a dataset with X.toarray(), or use Softmax for sparse X")
+            raise ValueError("the MLP takes dense features; pass a dataset with X.toarray(), "
+                             "or use Softmax for sparse X")
         super().__init__(dataset, weights, backend)
         self._options["hidden"] = hidden
 

@@ -37,6 +37,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedopt._backend import Backend, canonical_dtype, get_backend
+from fedopt.problems._arguments import PointArguments
 
 
 def _check(name, value, low=0.0, strict=False):
@@ -79,7 +80,7 @@ def _coupling(dim_x, dim_y, rng, min_singular):
     return (U * s) @ Vt
 
 
-class VIProblem:
+class VIProblem(PointArguments):
     """Base class: a monotone operator over ``n_clients`` clients with batched stochastic oracles.
 
     Parameters shared by every problem
@@ -300,22 +301,6 @@ class VIProblem:
         if backend.name == self.backend.name:
             return self
         return type(self)(backend=backend, **self._options)
-
-    # ------------------------------------------------------------------ plumbing
-    def _points(self, W):
-        W = self.backend.asarray(W, dtype=self.dtype)
-        if W.ndim == 1:
-            W = W.reshape(1, -1)
-        if W.ndim != 2 or W.shape[1] != self.n_params or W.shape[0] not in (1, self.n_clients):
-            raise ValueError(f"W must have shape ({self.n_params},) or ({self.n_clients}, {self.n_params}) "
-                             f"(one point for all clients, or one per client), got {tuple(W.shape)}")
-        return W
-
-    def _vector(self, x):
-        x = self.backend.asarray(x, dtype=self.dtype)
-        if x.shape != (self.n_params,):
-            raise ValueError(f"x must have shape ({self.n_params},), got {tuple(x.shape)}")
-        return x
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(p={self.n_params}, n_clients={self.n_clients}, sigma={self.sigma:g}, "

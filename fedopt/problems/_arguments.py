@@ -1,0 +1,22 @@
+"""Checks of the points passed to the oracles, shared by the federated problems and the VI games."""
+
+from __future__ import annotations
+
+
+class PointArguments:
+    """``_points`` and ``_vector`` for a class with ``backend``, ``dtype``, ``n_params`` and ``n_clients``."""
+
+    def _points(self, W):
+        W = self.backend.asarray(W, dtype=self.dtype)
+        if W.ndim == 1:
+            W = W.reshape(1, -1)
+        if W.ndim != 2 or W.shape[1] != self.n_params or W.shape[0] not in (1, self.n_clients):
+            raise ValueError(f"W must have shape ({self.n_params},) or ({self.n_clients}, {self.n_params}) "
+                             f"(one point for all clients, or one per client), got {tuple(W.shape)}")
+        return W
+
+    def _vector(self, x):
+        x = self.backend.asarray(x, dtype=self.dtype)
+        if x.shape != (self.n_params,):
+            raise ValueError(f"x must have shape ({self.n_params},), got {tuple(x.shape)}")
+        return x
