@@ -42,7 +42,8 @@ def prox_group(z, starts, order, tau, scale, out):
 def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out):
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, in one pass."""
     eta, inv_gamma = z.dtype.type(eta), z.dtype.type(inv_gamma)  # float32 data stays in float32
-    _elementwise.normal_map_kernel(z.size, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta.astype(z.dtype), w, z_out, x_out)
+    _elementwise.normal_map_kernel(z.size, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta.astype(z.dtype), w,
+                                   z_out, x_out)
     return z_out, x_out
 
 
