@@ -263,3 +263,33 @@ def test_the_topology_experiment_runs_end_to_end_at_tiny_size(tmp_path):
         assert all("consensus" in m["history"] for m in members)
         result = sweep.report(store, out=tmp_path / "out", plots=False, stream=open(tmp_path / "log", "w"))
     json.dumps([str(s) for s in result["slopes"]])
+
+
+@pytest.mark.parametrize("method, momentum_type", [("depositum", "polyak"), ("depositum", "nesterov"),
+                                                   ("depositum-no-tracking", "polyak")])
+@pytest.mark.parametrize("batch_size", [6, None], ids=["minibatch", "full"])
+def test_depositum_fused_local_iterations_equal_the_step_by_step_ones(method, momentum_type, batch_size, monkeypatch):
+    """The iterations between gossips run as one ``tracking_steps`` call on the CPU; on weighted
+    nodes and with an l1 prox they walk the step-by-step trajectory (and the NumPy reference's)."""
+    kw = dict(rounds=4, lr=0.05, momentum=0.6, momentum_type=momentum_type, comm_period=4, batch_size=batch_size,
+              tracking_rate=0.7, seed=2)
+    def problem(backend="numba"):  # 8 nodes of 20 to 60 samples: weights n w_i from 0.5 to 1.5
+        rng = np.random.default_rng(3)
+        X = rng.normal(size=(320, 10))
+        y = X @ rng.normal(size=10) + 0.5 * rng.normal(size=320)
+        clients = np.repeat(np.arange(8), [20, 60, 30, 50, 40, 45, 35, 40])
+        return LeastSquares(from_client_ids(X, y, clients), weights="samples", backend=backend)
+
+    fused_problem = problem()
+    calls = []
+    kernel = fused_problem.fused_tracking_steps
+    monkeypatch.setattr(fused_problem, "fused_tracking_steps", lambda *args: calls.append(kernel(*args)) or calls[-1])
+    fused = trajectory(method, fused_problem, L1(0.05), **kw)
+    assert len(calls) == 4 and all(calls)
+    stepwise_problem = problem()
+    monkeypatch.setattr(stepwise_problem, "fused_tracking_steps", lambda *args: False)
+    stepwise = trajectory(method, stepwise_problem, L1(0.05), **kw)
+    reference = trajectory(method, problem("numpy"), L1(0.05), **kw)
+    assert np.abs(np.diff(fused, axis=0)).max() > 1e-3  # the rounds move
+    np.testing.assert_allclose(fused, stepwise, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(fused, reference, rtol=1e-10, atol=1e-12)

@@ -243,3 +243,42 @@ def test_minibatch_rows_match_reference(shape):
     assert rows.dtype == np.int64 and rows.shape == shape
     np.testing.assert_array_equal(rows, expected)
     np.testing.assert_array_equal(rows[..., 0], np.broadcast_to(starts + sizes.astype(np.int64) - 1, rows.shape[:-1]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("kind, n_out, storage", [(0, 1, "dense"), (1, 1, "csr"), (2, 3, "dense"), (2, 3, "csr")],
+                         ids=["least_squares", "logistic_csr", "softmax", "softmax_csr"])
+def test_tracking_steps_match_reference(kind, n_out, storage, dtype):
+    """``tracking_steps`` (DEPOSITUM's local iterations): Polyak and Nesterov momentum, with and
+    without tracking, minibatches and full passes, weighted nodes, the serial and parallel variants."""
+    import scipy.sparse as sp
+
+    from fedopt import kernels as K
+    from fedopt.kernels import cpu, reference
+
+    rng = np.random.default_rng(kind + 10 * n_out)
+    for n, per_node, d, batch in ((4, 7, 9, 3), (12, 40, 64, 25)):  # the second is parallel work
+        offsets = np.arange(n + 1) * per_node
+        X = rng.standard_normal((offsets[-1], d)).astype(dtype)
+        if storage == "csr":
+            X = sp.csr_matrix(X * (rng.uniform(size=X.shape) < 0.5))
+        y = [rng.standard_normal(offsets[-1]), np.sign(rng.standard_normal(offsets[-1])),
+             rng.integers(0, n_out, offsets[-1])][kind].astype(dtype)
+        p, steps = n_out * (d + 1), 3
+        node_scale = rng.uniform(0.5, 1.5, n)
+        minibatch = np.stack([np.stack([rng.integers(offsets[i], offsets[i + 1], batch) for i in range(n)])
+                              for _ in range(steps)])
+        for rows in (minibatch, np.empty((steps, n, 0), np.int64)):
+            for nesterov in (False, True):
+                for tracking in (True, False):
+                    for prox_kind, theta in ((K.SOFT, [0.02, 0.9]), (K.IDENTITY, [0.0, 0.0])):
+                        start = [(0.3 * rng.standard_normal((n, p))).astype(dtype) for _ in range(5)]
+                        if not nesterov:
+                            start[2] = np.empty((0, 0), dtype)
+                        args = (X, y, offsets, rows, kind, n_out, 0.7, True, node_scale, 0.6, 0.2, 0.5, nesterov,
+                                tracking, prox_kind, np.array(theta, dtype), np.empty((0, 0), dtype))
+                        expected = reference.tracking_steps(*args, *[a.copy() for a in start])
+                        result = cpu.tracking_steps(*args, *[a.copy() for a in start])
+                        for got, want in zip(result, expected):
+                            assert got.dtype == dtype
+                            np.testing.assert_allclose(got, want, **tolerances(dtype))

@@ -259,6 +259,30 @@ def local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox
     return Z, P
 
 
+def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta, nesterov,
+                   tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+    """DEPOSITUM's iterations without gossip for a linear model, ``rows`` of shape ``(T, n, b)``.
+
+    For each iteration: ``nu = gamma nu + (1 - gamma) y`` (Nesterov: ``mu`` first, then
+    ``nu = gamma mu + (1 - gamma) y``); ``P = prox(P - alpha nu)`` (separable, parameters
+    ``theta``); ``g_new = node_scale[i] grad f_i(P[i])``; with ``tracking`` ``y += beta (g_new - G)``,
+    else ``y = beta g_new``; ``G = g_new``. ``MU`` is ``(0, 0)`` without Nesterov.
+    """
+    G_new = np.empty_like(P)
+    for step in range(rows.shape[0]):
+        if nesterov:
+            MU[...] = (MU - Y) * gamma + Y
+            NU[...] = MU * gamma + Y * (1 - gamma)
+        else:
+            NU[...] = (NU - Y) * gamma + Y
+        P[...] = _elementwise(P - NU * alpha, prox_kind, theta, w)
+        linear_oracle(X, y, offsets, P, rows[step], kind, n_out, scale, fit_intercept, np.empty(0, P.dtype), G_new)
+        G_new *= node_scale[:, None].astype(P.dtype)
+        Y[...] = Y + (G_new - G) * beta if tracking else G_new * beta
+        G[...] = G_new
+    return P, NU, MU, Y, G
+
+
 def minibatch_rows(u, sizes, starts):
     """Global row indices ``starts[i] + floor(u[..., i, j] * sizes[i])`` of uniform draws ``u`` in
     ``[0, 1)`` of shape ``(..., n, b)``: client ``i``'s rows are ``starts[i] .. starts[i] + sizes[i] - 1``."""

@@ -92,6 +92,14 @@ class Problem(PointArguments):
         """
         return False
 
+    def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
+                             P, NU, MU, Y, G) -> bool:
+        """DEPOSITUM's iterations without gossip in one kernel call where the backend has one; False if not.
+
+        See ``tracking_steps`` in :mod:`fedopt.kernels`; ``rows`` is ``(T, n, b)`` or ``(T, n, 0)``.
+        """
+        return False
+
     def init(self, seed=None):
         """The initial point ``x_0`` (zeros for linear models)."""
         return self.backend.xp.zeros(self.n_params, dtype=self.dtype)

@@ -59,6 +59,16 @@ class LinearModel(Problem):
                       self.fit_intercept, D, lr, prox_kind, thetas, w, Z, P)
         return done is not None
 
+    def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
+                             P, NU, MU, Y, G) -> bool:
+        """DEPOSITUM's iterations without gossip in one ``tracking_steps`` call (the CPU backends)."""
+        kernel = getattr(self.backend.kernels, "tracking_steps", None)
+        if kernel is None:
+            return False
+        kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale, self.fit_intercept,
+               node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)
+        return True
+
     def decision_function(self, x, X=None):
         """Margins ``scale * X @ coef.T + intercept``, shape ``(m, n_out)``."""
         coef, intercept = self.unpack(self._vector(x))

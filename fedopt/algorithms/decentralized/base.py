@@ -82,9 +82,11 @@ class DecentralizedMethod(Algorithm):
         return State(Env(problem, regularizer, rng), X.mean(axis=0), costs=costs,
                      vars={"X": X, **arrays, "topology": graph, "mixer": mixer})
 
-    def draw_rows(self, env: Env):
-        """One minibatch of ``batch_size`` rows per node from the run's generator (None: full local data)."""
-        return None if self.batch_size is None else env.problem.sample_rows(env.rng, self.batch_size)
+    def draw_rows(self, env: Env, steps: int | None = None):
+        """One minibatch of ``batch_size`` rows per node from the run's generator, ``(n, b)``, or one
+        per iteration for ``steps`` iterations, ``(steps, n, b)`` (the same draws as ``steps`` calls);
+        None: full local data."""
+        return None if self.batch_size is None else env.problem.sample_rows(env.rng, self.batch_size, steps=steps)
 
     def node_gradients(self, env: Env, X, rows, out):
         """``grad (n w_i f_i)(x_i)`` of every node on its ``rows`` (None: all its data), written to ``out``."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+import numpy as np
+
 from fedopt.algorithms.base import Costs
 from fedopt.algorithms.decentralized.base import DecentralizedMethod
 
@@ -96,7 +98,7 @@ class Depositum(DecentralizedMethod):
         arrays = {name: xp.zeros_like(X) for name in self._arrays()}
         state = self.new_state(problem, regularizer, rng, graph, mixer, X, Costs(), **arrays)
         work = self._workspace(state)
-        self._iteration(state.env, mixer, work, communicate=False)  # t = 0
+        self._iteration(state.env, mixer, work, False, self.draw_rows(state.env))  # t = 0
         n = problem.n_clients
         return replace(state, x=work["X"].mean(axis=0), costs=Costs(grad_evals=n, prox_evals=n),
                        vars={**state.vars, **{k: work[k] for k in ("X", *arrays)}})
@@ -105,8 +107,13 @@ class Depositum(DecentralizedMethod):
         env, graph, mixer = state.env, state.vars["topology"], state.vars["mixer"]
         problem = env.problem
         work = self._workspace(state)
-        for step in range(self.comm_period):
-            self._iteration(env, mixer, work, communicate=step == self.comm_period - 1)
+        local = self.comm_period - 1  # the iterations before the one that gossips
+        if local:
+            rows = self.draw_rows(env, steps=local)
+            if not self._fused_iterations(env, work, rows, local):
+                for step in range(local):
+                    self._iteration(env, mixer, work, False, None if rows is None else rows[step])
+        self._iteration(env, mixer, work, True, self.draw_rows(env))
         n, p, T0 = problem.n_clients, problem.n_params, self.comm_period
         costs = Costs(grad_evals=n * T0, prox_evals=n * T0) + self.gossip_costs(graph, p, 2 if self.tracking else 1)
         arrays = {k: work[k] for k in ("X", *self._arrays())}
@@ -124,7 +131,22 @@ class Depositum(DecentralizedMethod):
         work["G_new"], work["S"] = xp.empty_like(work["X"]), xp.empty_like(work["X"])
         return work
 
-    def _iteration(self, env, mixer, work, communicate: bool):
+    def _fused_iterations(self, env, work, rows, steps: int) -> bool:
+        """``steps`` iterations without gossip in one kernel call, where the problem has one (linear
+        models on the CPU) and the prox is separable; False, with nothing done, otherwise."""
+        problem = env.problem
+        separable = env.regularizer._elementwise(self.prox_step, problem.backend, problem.dtype)
+        if separable is None:
+            return False
+        if rows is None:
+            rows = np.empty((steps, problem.n_clients, 0), dtype=np.int64)
+        no_mu = problem.backend.xp.empty((0, 0), dtype=problem.dtype)
+        return problem.fused_tracking_steps(
+            rows, problem.weights * problem.n_clients, self.momentum, self.lr, self.tracking_rate,
+            self.momentum_type == "nesterov", self.tracking, *separable,
+            work["X"], work["NU"], work.get("MU", no_mu), work["Y"], work["G"])
+
+    def _iteration(self, env, mixer, work, communicate: bool, rows):
         xp = env.problem.backend.xp
         X, NU, Y, S = work["X"], work["NU"], work["Y"], work["S"]
         gamma, alpha, beta = self.momentum, self.lr, self.tracking_rate
@@ -142,7 +164,7 @@ class Depositum(DecentralizedMethod):
             mixer(X, out=S)
             work["X"], work["S"] = X, S = S, X
         G, G_new = work["G"], work["G_new"]
-        self.node_gradients(env, X, self.draw_rows(env), out=G_new)
+        self.node_gradients(env, X, rows, out=G_new)
         if self.tracking:  # (12b): y = W^t (y + beta (g_new - g))
             xp.subtract(G_new, G, out=G)
             G *= beta

@@ -24,7 +24,7 @@ from fedopt.kernels.cpu.rows import project_l1_ball, project_l2_ball, project_si
 # LAPACK does the SVD: the batched NumPy call is already the fast path (no hand-written SVD).
 from fedopt.kernels.reference import prox_nuclear
 
-__all__ = [*KERNEL_NAMES, "local_steps_linear", "local_steps_mlp", "mix_sparse"]
+__all__ = [*KERNEL_NAMES, "local_steps_linear", "local_steps_mlp", "mix_sparse", "tracking_steps"]
 
 
 def prox_elementwise(z, kind, theta, w, out):
@@ -88,6 +88,19 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
     _models.local_steps_kernel(work, *_model_arrays(X, Z), y, offsets, rows, kind, n_out, dtype.type(scale),
                                fit_intercept, D, dtype.type(lr), prox_kind, thetas.astype(dtype), w, Z, P)
     return Z, P
+
+
+def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta, nesterov,
+                   tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+    """DEPOSITUM's local iterations (momentum, prox step, gradient, tracking) of every node in one call."""
+    dtype = P.dtype
+    n_rows = rows.size if rows.shape[2] else rows.shape[0] * X.shape[0]
+    t = dtype.type
+    _models.tracking_steps_kernel(_work(X, n_rows, n_out, P.shape[0]), *_model_arrays(X, P), y, offsets, rows, kind,
+                                  n_out, t(scale), fit_intercept, node_scale.astype(dtype), t(gamma), t(1 - gamma),
+                                  t(alpha), t(beta), nesterov, tracking, prox_kind, theta.astype(dtype), w,
+                                  P, NU, MU, Y, G)
+    return P, NU, MU, Y, G
 
 
 def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):

@@ -279,3 +279,40 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kin
             for j in range(p):
                 z[j] -= lr * (g[j] + shift[j])
             _prox_block(prox_kind, thetas[step], w, Z, i, 0, p, P)
+
+
+@kernel(fastmath=REDUCTION_MATH)
+def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kind, n_out, scale, fit_intercept,
+                          node_scale, gamma, one_minus_gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
+                          P, NU, MU, Y, G):
+    """DEPOSITUM's iterations without gossip, node by node (see ``tracking_steps`` in :mod:`fedopt.kernels`)."""
+    n, p = P.shape
+    for i in prange(n):
+        node = np.int64(i)  # the parallel variant's loop index is unsigned
+        first = offsets[node]
+        count = rows.shape[2] if rows.shape[2] > 0 else offsets[node + 1] - first
+        M = np.empty(2 * n_out + 1, dtype=P.dtype)
+        g = np.empty(p, dtype=P.dtype)
+        x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
+        factor = node_scale[node]
+        for step in range(rows.shape[0]):
+            if nesterov:  # mu = gamma mu + (1 - gamma) y; nu = gamma mu + (1 - gamma) y
+                mu = MU[node]
+                for j in range(p):
+                    mu[j] = (mu[j] - tracker[j]) * gamma + tracker[j]
+                    nu[j] = mu[j] * gamma + tracker[j] * one_minus_gamma
+            else:  # nu = gamma nu + (1 - gamma) y
+                for j in range(p):
+                    nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
+            for j in range(p):
+                x[j] -= nu[j] * alpha
+            _prox_block(prox_kind, theta, w, P, node, 0, p, P)
+            _client_pass(X, data, indices, indptr, dense, d, y, rows[step, node], first, count, x, kind, n_out, scale,
+                         fit_intercept, M, g, False, True)
+            for j in range(p):
+                fresh = g[j] * factor
+                if tracking:  # y += beta (g_new - g)
+                    tracker[j] += (fresh - last[j]) * beta
+                else:  # the ablation: y = beta g_new
+                    tracker[j] = fresh * beta
+                last[j] = fresh
