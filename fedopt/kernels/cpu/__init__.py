@@ -95,11 +95,11 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     """DEPOSITUM's local iterations (momentum, prox step, gradient, tracking) of every node in one call."""
     dtype = P.dtype
     n_rows = rows.size if rows.shape[2] else rows.shape[0] * X.shape[0]
-    t = dtype.type
+    cast = dtype.type  # float32 state stays in float32
     _models.tracking_steps_kernel(_work(X, n_rows, n_out, P.shape[0]), *_model_arrays(X, P), y, offsets, rows, kind,
-                                  n_out, t(scale), fit_intercept, node_scale.astype(dtype), t(gamma), t(1 - gamma),
-                                  t(alpha), t(beta), nesterov, tracking, prox_kind, theta.astype(dtype), w,
-                                  P, NU, MU, Y, G)
+                                  n_out, cast(scale), fit_intercept, node_scale.astype(dtype), cast(gamma),
+                                  cast(1 - gamma), cast(alpha), cast(beta), nesterov, tracking, prox_kind,
+                                  theta.astype(dtype), w, P, NU, MU, Y, G)
     return P, NU, MU, Y, G
 
 
