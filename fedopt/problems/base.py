@@ -92,6 +92,10 @@ class Problem(PointArguments):
         """
         return False
 
+    def _per_step_rows(self, rows, steps: int):
+        """``rows`` of shape ``(steps, n, b)`` as they are, or the kernels' "all rows" ``(steps, n, 0)`` for None."""
+        return np.empty((steps, self.n_clients, 0), dtype=np.int64) if rows is None else rows
+
     def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
                              P, NU, MU, Y, G) -> bool:
         """DEPOSITUM's iterations without gossip in one kernel call where the backend has one; False if not.

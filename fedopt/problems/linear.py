@@ -53,9 +53,7 @@ class LinearModel(Problem):
         kernel = getattr(self.backend.kernels, "local_steps_linear", None)
         if kernel is None:
             return False
-        if rows is None:
-            rows = np.empty((len(thetas), self.n_clients, 0), dtype=np.int64)
-        done = kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale,
+        done = kernel(self._X, self._y, self._offsets, self._per_step_rows(rows, len(thetas)), self.kind, self.n_out, self.dataset.scale,
                       self.fit_intercept, D, lr, prox_kind, thetas, w, Z, P)
         return done is not None
 

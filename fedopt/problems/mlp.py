@@ -65,9 +65,7 @@ class MLP(Problem):
         kernel = getattr(self.backend.kernels, "local_steps_mlp", None)
         if kernel is None:
             return False
-        if rows is None:
-            rows = np.empty((len(thetas), self.n_clients, 0), dtype=np.int64)
-        kernel(self._X, self._y, self._offsets, rows, self.hidden, self.n_classes, self.dataset.scale, D, lr,
+        kernel(self._X, self._y, self._offsets, self._per_step_rows(rows, len(thetas)), self.hidden, self.n_classes, self.dataset.scale, D, lr,
                prox_kind, thetas, w, Z, P)
         return True
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-import numpy as np
-
 from fedopt.algorithms.base import Costs
 from fedopt.algorithms.decentralized.base import DecentralizedMethod
 
@@ -135,15 +133,14 @@ class Depositum(DecentralizedMethod):
         """``steps`` iterations without gossip in one kernel call, where the problem has one (linear
         models on the CPU) and the prox is separable; False, with nothing done, otherwise."""
         problem = env.problem
-        separable = env.regularizer._elementwise(self.prox_step, problem.backend, problem.dtype)
+        separable = self._separable_prox(problem, env.regularizer, problem.dtype, [self.prox_step])
         if separable is None:
             return False
-        if rows is None:
-            rows = np.empty((steps, problem.n_clients, 0), dtype=np.int64)
+        kind, thetas, w = separable
         no_mu = problem.backend.xp.empty((0, 0), dtype=problem.dtype)
         return problem.fused_tracking_steps(
-            rows, problem.weights * problem.n_clients, self.momentum, self.lr, self.tracking_rate,
-            self.momentum_type == "nesterov", self.tracking, *separable,
+            problem._per_step_rows(rows, steps), problem.weights * problem.n_clients, self.momentum, self.lr,
+            self.tracking_rate, self.momentum_type == "nesterov", self.tracking, kind, thetas[0], w,
             work["X"], work["NU"], work.get("MU", no_mu), work["Y"], work["G"])
 
     def _iteration(self, env, mixer, work, communicate: bool, rows):
