@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib
 
 # The function, bound after its module so that ``fedopt.run`` is the function (numpy-only imports).
-from fedopt.run import run
+from fedopt.run import Divergence, DivergenceError, run
 
 __version__ = "0.1.0"
 
 _SUBMODULES = ("algorithms", "datasets", "estimators", "kernels", "metrics", "problems", "regularizers")
 
-__all__ = ["__version__", "available_backends", "get_backend", "run", *_SUBMODULES]
+__all__ = ["Divergence", "DivergenceError", "__version__", "available_backends", "get_backend", "run", *_SUBMODULES]
 
 
 def __getattr__(name: str):

@@ -2,7 +2,8 @@
 
 ``fedopt run``      one run from flags or a TOML file: prints a summary, writes its history (CSV)
 ``fedopt sweep``    expand an experiment (TOML file or built-in name) into runs, execute, store
-``fedopt report``   tables, PNG figures and fitted slopes of a store
+``fedopt report``   tables, PNG figures and fitted slopes of a store (``--csv``: the rows as data)
+``fedopt store``    the sweeps a store keeps: ``ls``, ``show``, ``rm``
 ``fedopt list``     algorithms, problems, regularizers, datasets, built-in experiments, backends
 ``fedopt bench``    the standard shapes against their floor; ``--sweep``: runs/s; ``--startup``
 ``fedopt demo``     the linear-speedup sweep on the bundled digits and its report (``--quick``: the tour)
@@ -16,6 +17,8 @@ import sys
 from pathlib import Path
 
 RESULTS = Path("results")
+#: Sweeps with more distinct runs than this need ``--yes`` (after a look at ``--dry-run``).
+LARGE_SWEEP = 20_000
 
 #: What ``fedopt run`` starts from when no TOML file is given.
 DEFAULT_RUN = """
@@ -83,44 +86,46 @@ def _run(args) -> int:
     from fedopt.problems import VI_PROBLEMS
     from fedopt.sweep.config import load_experiment, parse_experiment
     from fedopt.sweep.execute import execute_run
-    from fedopt.sweep.store import Store
+    from fedopt.sweep.validate import validate
 
-    if args.config:
-        exp = load_experiment(args.config)
-    else:
-        exp = parse_experiment(DEFAULT_RUN, source="fedopt run", name="run")
-    for section, value in (("dataset", args.dataset), ("problem", args.problem), ("regularizer", args.regularizer),
-                           ("algorithm", args.algorithm)):
+    exp = load_experiment(args.config) if args.config else parse_experiment(DEFAULT_RUN, source="fedopt run",
+                                                                               name="run")
+    for section in ("dataset", "problem", "regularizer", "algorithm"):
+        value = getattr(args, section)
         if value is not None:  # a new dataset, model or method starts from its own defaults
             keep = {k: v for k, v in exp.run.get(section, {}).items() if section == "dataset" and k == "n_clients"}
-            exp.run[section] = {"name": value, **keep}
-            for grid in exp.grids:
-                grid.axes = {k: v for k, v in grid.axes.items() if not k.startswith(section + ".")}
+            exp = exp.override({section: {"name": value, **keep}}, origin=f"--{section}")
     synthetic = exp.run["problem"]["name"] in VI_PROBLEMS  # a game: no data set, its own n_clients
     if synthetic:
         exp.run.pop("dataset", None)
         if args.regularizer is None and not args.config:  # the default run's elastic net is for models
             exp.run["regularizer"] = {"name": "zero"}
-    flags = {"rounds": args.rounds, ("problem" if synthetic else "dataset") + ".n_clients": args.n_clients,
-             "backend": args.backend}
-    overrides = {k: v for k, v in flags.items() if v is not None}
-    overrides.update(_assignments(args.set))
-    overrides["seeds"] = [args.seed if args.seed is not None else exp.seeds[0]]
-    exp = exp.override(overrides)
+    clients = ("problem" if synthetic else "dataset") + ".n_clients"
+    for flag, key, value in (("--rounds", "rounds", args.rounds), ("--n-clients", clients, args.n_clients),
+                             ("--backend", "backend", args.backend),
+                             ("--seed", "seeds", None if args.seed is None else [args.seed])):
+        if value is not None:
+            exp = exp.override({key: value}, origin=flag)
+    exp = exp.override(_assignments(args.set))
+    if "seeds" not in exp.overrides:
+        exp.seeds = exp.seeds[:1]
+    if args.regularizer is not None:
+        exp = _fit_steps_to(exp)
     specs = exp.expand()
     if len({s.key for s in specs}) != 1:
         raise ValueError(f"{args.config} expands to {len({s.key for s in specs})} runs; `fedopt run` runs one: "
                          "use `fedopt sweep`, or fix the grid's axes with --set KEY=VALUE")
+    validate(specs)
     spec = specs[0]
     cfg = spec.config
     data = cfg.get("dataset") or {"name": "no data set", "n_clients": cfg["problem"].get("n_clients")}
     print(f"{cfg['algorithm']['name']} on {cfg['problem']['name']} + {cfg['regularizer']['name']}, "
           f"{data['name']} with {data.get('n_clients')} clients, {cfg['rounds']} rounds, "
-          f"seed {cfg['seed']} (run {spec.key[:12]})")
-    record = execute_run(cfg)
+          f"seed {cfg['seed']} (run {spec.key[:12]})", flush=True)
+    record = execute_run(cfg, progress=None)
     if record["status"] == "failed":
-        print(record["error"], file=sys.stderr)
-        raise RuntimeError(f"the run failed: {record['error'].strip().splitlines()[-1]}")
+        print(f"fedopt run: the run failed: {record['error'].strip().splitlines()[-1]}", file=sys.stderr)
+        return 1
     history = record["history"]
     last = {k: v[-1] for k, v in history.items()}
     hyper = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
@@ -137,6 +142,8 @@ def _run(args) -> int:
         writer.writerows(zip(*history.values(), strict=True))
     print(f"    history: {out}")
     if args.store:
+        from fedopt.sweep.store import Store
+
         with Store(args.store) as store:
             store.register(exp, specs)
             store.put(spec.key, cfg, record)
@@ -147,39 +154,137 @@ def _run(args) -> int:
     return 0
 
 
+def _fit_steps_to(exp):
+    """Lower the default prox steps (``gamma``, ``metric_gamma``) that a weakly convex regularizer chosen with
+    ``--regularizer`` cannot take (they need ``step * rho < 1``); values set with ``--set`` are left to the checks."""
+    from fedopt import algorithms, regularizers
+
+    table = dict(exp.run["regularizer"])
+    rho = regularizers.make(table.pop("name"), **table).weak_convexity
+    if rho <= 0:
+        return exp
+    safe = 0.5 / rho
+    method = algorithms.canonical(exp.run["algorithm"]["name"])
+    lowered = {}
+    if "gamma" in algorithms.hyperparameters(method) and "algorithm.gamma" not in exp.overrides:
+        gamma = exp.run["algorithm"].get("gamma", algorithms.hyperparameters(method)["gamma"])
+        if isinstance(gamma, (int, float)) and gamma * rho >= 1:
+            lowered["algorithm.gamma"] = safe
+    metric_gamma = exp.run.get("metric_gamma")
+    if "metric_gamma" not in exp.overrides and isinstance(metric_gamma, (int, float)) and metric_gamma * rho >= 1:
+        lowered["metric_gamma"] = safe
+    if lowered:
+        print(f"{', '.join(k.rpartition('.')[2] for k in lowered)} = {safe:g} (= 1 / (2 rho)): "
+              f"{exp.run['regularizer']['name']} is rho = {rho:g}-weakly convex and its prox needs step * rho < 1")
+        exp = exp.override(lowered, origin="--regularizer")
+    return exp
+
+
 # -------------------------------------------------------------------------------------------- sweep
 def _sweep(args) -> int:
     from fedopt.sweep.config import load_experiment
     from fedopt.sweep.execute import run_sweep
     from fedopt.sweep.store import Store
+    from fedopt.sweep.validate import estimate, validate
 
     exp = load_experiment(args.experiment, _assignments(args.set))
     if args.quick:
         exp = exp.shortened(rounds=args.quick_rounds, seeds=1, values=2)
+    if args.backend is not None:
+        exp = exp.override({"backend": args.backend}, origin="--backend")
     store_path = Path(args.store) if args.store else RESULTS / f"{exp.name}.db"
     specs = exp.expand()
-    print(f"{exp.name}: {len(specs)} grid points x seeds, {len({s.key for s in specs})} distinct runs; "
-          f"store {store_path}; executor {args.executor}", flush=True)
+    distinct = len({s.key for s in specs})
+    print(f"{exp.name}: {len(specs)} grid points x seeds, {distinct} distinct runs; store {store_path}; "
+          f"executor {args.executor}", flush=True)
+    validate(specs)  # bad values stop here, before the store is touched
+    if args.dry_run:
+        if store_path.exists():
+            with Store(store_path, readonly=True) as store:
+                print(estimate(specs, store, args.workers, retry_failed=args.retry_failed)["text"])
+        else:
+            print(estimate(specs, None, args.workers, retry_failed=args.retry_failed)["text"])
+        return 0
+    if distinct > LARGE_SWEEP and not args.yes:
+        raise ValueError(f"{distinct} runs is more than {LARGE_SWEEP}: see the time it takes with --dry-run, "
+                         "then run it with --yes")
     with Store(store_path) as store:
         summary = run_sweep(exp, store, executor=args.executor, workers=args.workers, scheduler=args.scheduler,
-                            backend=args.backend, resume=args.resume, retry_failed=args.retry_failed)
-        print(summary)
-        failed = store.count("failed")
-    if failed:
-        print(f"{failed} runs in the store failed; `fedopt report {store_path}` shows the first error, "
-              "--retry-failed runs them again", file=sys.stderr)
+                            resume=args.resume, retry_failed=args.retry_failed, lease=args.lease)
+    print(summary, flush=True)
+    if summary.interrupted:
+        return 143 if summary.signal == "SIGTERM" else 130
+    code = 0 if summary.ok else 1
+    if not summary.ok:
+        print(f"`fedopt store show {store_path} {summary.sweep[:12]}` lists the errors; --retry-failed runs the "
+              "failed runs again", file=sys.stderr)
     if args.report:
-        return _report(argparse.Namespace(store=str(store_path), out=None, experiment=exp.name, no_plots=False))
-    return 130 if summary.interrupted else 0
+        code = max(code, _report(argparse.Namespace(store=str(store_path), out=None, experiment=exp.name,
+                                                    sweep=summary.sweep, no_plots=False, csv=None, parquet=None)))
+    return code
 
 
 def _report(args) -> int:
-    from fedopt.sweep.report import report
+    from fedopt.sweep.report import export, report
 
-    if not Path(args.store).is_file():
-        raise ValueError(f"no store at {args.store}")
-    report(args.store, out=args.out, experiment=args.experiment, plots=not args.no_plots)
+    report(args.store, out=args.out, experiment=args.experiment, sweep=args.sweep, plots=not args.no_plots)
+    for path in (args.csv, args.parquet):
+        if path:
+            export(args.store, path, sweep=args.sweep)
+            print(f"one row per run and evaluated round: {path}")
     return 0
+
+
+def _store(args) -> int:
+    from fedopt.sweep.store import Store
+
+    if args.action == "rm":
+        if not args.sweep:
+            raise ValueError("`fedopt store rm STORE SWEEP` needs the sweep: an id from `fedopt store ls` or an "
+                             "experiment name (its latest sweep)")
+        with Store(args.store) as store:
+            removed = store.remove_sweep(args.sweep)
+        print(f"removed sweep {removed['sweep'][:12]} and {removed['runs_removed']} runs no other sweep uses")
+        return 0
+    with Store(args.store, readonly=True) as store:
+        if args.action == "ls":
+            sweeps = store.sweeps()
+            print(f"{len(sweeps)} sweeps in {args.store} (the latest of each experiment is what `fedopt report` shows)")
+            for sweep in sweeps:
+                print("    " + _sweep_line(sweep))
+            return 0
+        sweep = store.sweep(args.sweep) if args.sweep else None
+        for item in [sweep] if sweep else store.sweeps():
+            _show_sweep(store, item)
+    return 0
+
+
+def _sweep_line(sweep) -> str:
+    import datetime
+
+    from fedopt.sweep.report import overrides_text
+
+    counts = ", ".join(f"{n} {status}" for status, n in sweep["counts"].items() if n)
+    date = datetime.datetime.fromtimestamp(sweep["updated"]).strftime("%Y-%m-%d %H:%M")
+    return (f"{sweep['id'][:12]}  {sweep['experiment']:24s} {date}  {sweep['runs']:6d} runs ({counts})  "
+            f"{overrides_text(sweep['overrides'])}")
+
+
+def _show_sweep(store, sweep) -> None:
+    print(_sweep_line(sweep))
+    for key, value in sweep["provenance"].items():
+        print(f"    {key}: {value}")
+    for grid in sweep["meta"].get("grids", []):
+        axes = ", ".join(f"{k} = {v}" for k, v in grid["axes"].items())
+        print(f"    grid {grid['name']}: {axes or 'one point'}")
+    bad = [m for m in store.members(sweep["id"], with_history=False) if m["status"] in ("failed", "diverged")]
+    for member in bad[:5]:
+        last = ((member["error"] or "").strip().splitlines() or ["?"])[-1]
+        if member["status"] == "diverged":
+            last = last.split(". ")[0]  # the rule and its numbers; the advice that follows is the same for all
+        print(f"    {member['status']} {member['key'][:12]} {member['labels']}: {last}")
+    if len(bad) > 5:
+        print(f"    ... and {len(bad) - 5} more failed or diverged runs")
 
 
 # -------------------------------------------------------------------------------------------- bench
@@ -267,9 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--problem", help="least_squares, logistic, softmax or mlp")
     run.add_argument("--dataset", help="a dataset of `fedopt list`")
     run.add_argument("--regularizer", help="a regularizer of `fedopt list` (with its default parameters)")
-    run.add_argument("--n-clients", type=int)
-    run.add_argument("--rounds", type=int)
-    run.add_argument("--seed", type=int)
+    run.add_argument("--n-clients", type=_positive, help="the number of clients (a game's n_clients)")
+    run.add_argument("--rounds", type=int, help="communication rounds (default 100)")
+    run.add_argument("--seed", type=int, help="the run's seed: minibatches and the initial model (default 0)")
     run.add_argument("--backend", choices=backends)
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="any key below [run], e.g. algorithm.lr_local=0.05 or 'algorithm.lr_local=\"1/Q\"'")
@@ -281,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("experiment", help="a TOML file or the name of a built-in experiment (`fedopt list`)")
     sweep.add_argument("--store", help="the SQLite store (default results/<experiment>.db)")
     sweep.add_argument("--executor", default="local", choices=["local", "dask", "serial"])
-    sweep.add_argument("--workers", type=int, help="local processes or LocalCluster workers (default: the cores)")
+    sweep.add_argument("--workers", type=_positive, help="local processes or LocalCluster workers (default: the cores)")
     sweep.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, tcp://host:8786 "
                        "(with --executor dask; without it a LocalCluster is started)")
     sweep.add_argument("--backend", choices=backends, help="run every configuration on this backend")
@@ -294,14 +399,30 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quick", action="store_true", help="a smoke test: 1 seed, 2 values per axis, few rounds")
     sweep.add_argument("--quick-rounds", type=int, default=5, help=argparse.SUPPRESS)
     sweep.add_argument("--report", action="store_true", help="report the experiment when the sweep is done")
+    sweep.add_argument("--dry-run", action="store_true",
+                       help="print the number of runs, how many are stored and an estimate of the time; run nothing")
+    sweep.add_argument("--yes", action="store_true", help=f"run a sweep of more than {LARGE_SWEEP} runs")
+    sweep.add_argument("--lease", type=float, default=60.0, metavar="SECONDS",
+                       help="how long a claim on a run outlives a process that stopped renewing it (default 60): "
+                            "several sweeps on one store share its runs")
     sweep.set_defaults(handler=_sweep)
 
     rep = commands.add_parser("report", help="tables, PNG figures and fitted slopes of a store")
     rep.add_argument("store")
     rep.add_argument("--out", help="folder of the CSV, Markdown and PNG files (default <store>_report)")
     rep.add_argument("--experiment", help="only this experiment of the store")
+    rep.add_argument("--sweep", help="this sweep (an id or prefix from `fedopt store ls`; default: the latest of "
+                     "each experiment)")
     rep.add_argument("--no-plots", action="store_true", help="tables and slopes only")
+    rep.add_argument("--csv", metavar="FILE", help="also write one row per run and evaluated round to this CSV file")
+    rep.add_argument("--parquet", metavar="FILE", help="the same rows as Parquet (needs pyarrow)")
     rep.set_defaults(handler=_report)
+
+    store = commands.add_parser("store", help="the sweeps kept in a store: ls, show, rm")
+    store.add_argument("action", choices=["ls", "show", "rm"])
+    store.add_argument("store")
+    store.add_argument("sweep", nargs="?", help="a sweep id or prefix, or an experiment name (its latest sweep)")
+    store.set_defaults(handler=_store)
 
     listing = commands.add_parser("list", help="algorithms, problems, regularizers, datasets, experiments, backends")
     listing.set_defaults(handler=_list)
@@ -333,10 +454,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true",
                       help="instead: train federated models on digits, check a federated Lasso, time the kernels")
     demo.add_argument("--backend", default="auto", choices=backends)
-    demo.add_argument("--store", default=str(RESULTS / "demo.db"))
-    demo.add_argument("--workers", type=int)
+    demo.add_argument("--store", default=str(RESULTS / "demo.db"), help="the SQLite store (default %(default)s)")
+    demo.add_argument("--workers", type=_positive, help="local worker processes (default: the cores)")
     demo.set_defaults(handler=_demo)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"fedopt {args.command}: {exc}", file=sys.stderr)
         return 2
-    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+    except KeyboardInterrupt:
+        print(f"fedopt {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, RuntimeError, OSError) as exc:
         print(f"fedopt {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -128,21 +128,22 @@ def sweep_demo(store="results/demo.db", workers=None, backend="auto") -> int:
     store = Path(store)
     out = store.with_name(store.stem + "_report")
     specs = exp.expand()
-    print(f"fedopt demo: {exp.title}\n{len({s.key for s in specs})} runs (FedNMap, softmax + elastic net, digits split "
-          f"by sorted labels, {len(exp.seeds)} seeds), stored in {store}\n", flush=True)
+    print(f"fedopt demo: {exp.title}\n{len({s.key for s in specs})} distinct runs (FedNMap, softmax + elastic net, "
+          f"digits split by sorted labels, {len(exp.seeds)} seeds), stored in {store}\n", flush=True)
+    sweep.validate(specs)
     start = time.perf_counter()
     with sweep.Store(store) as db:
         summary = sweep.run_sweep(exp, db, executor="local", workers=workers,
                                   backend=None if backend == "auto" else backend)
         print(summary, "\n", flush=True)
         if summary.interrupted:
-            return 130
-        result = sweep.report(db, out=out, experiment=exp.name)
+            return 143 if summary.signal == "SIGTERM" else 130
+        result = sweep.report(db, out=out, experiment=exp.name, sweep=summary.sweep)
     print(f"\ndemo finished in {time.perf_counter() - start:.0f}s. Tables: {out / exp.name / 'summary.csv'}; "
           f"figures: {out / exp.name}/*.png" + ("" if result["figures"] else " (install matplotlib for them)"))
     print("The paper's slopes are -1.436 (log n) and -1.181 (log Q), with an MLP on MNIST; the built-in "
           "experiments fednmap_fig3 and fednmap_fig4 are the full-size versions (`fedopt list`).")
-    return 0
+    return 0 if summary.ok else 1
 
 
 def main(backend: str = "auto") -> None:

@@ -1,11 +1,21 @@
-"""``fedopt.run``: drive the rounds of a method, record the history, stop on divergence."""
+"""``fedopt.run``: drive the rounds of a method, record the history, stop on divergence.
+
+A run stops with :class:`DivergenceError` when its model becomes NaN or inf (always) and, before
+that, when a :class:`Divergence` rule fires at an evaluation. The default rule stops a run whose
+objective (``f + phi``, or the gap measure of a VI method) exceeds ``1000`` times its value at
+round 0, floored at 1: ``|F_t| > 1000 * max(|F_0|, 1)``. Healthy runs stay far below (those of
+the built-in experiments, at full size, peak at 1.04 times ``max(|F_0|, 1)``), while a too large
+step is caught at its first evaluation, long before inf. ``divergence=`` tunes or switches off the
+rule in :func:`run`, ``[run.divergence]`` or ``[run] divergence = false`` in an experiment file.
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -76,17 +86,105 @@ class Result:
         return None if self.state.z is None else self.state.env.problem.backend.to_numpy(self.state.z)
 
 
-class DivergenceError(FloatingPointError):
-    """The iterates became NaN or inf. ``result`` keeps the history up to the last finite round."""
+@dataclass(frozen=True)
+class Divergence:
+    """When :func:`run` stops a run as diverged, besides NaN or inf (which always stop it).
 
-    def __init__(self, message: str, result: Result):
+    Checked at every evaluation (every ``eval_every`` rounds) against the first one (round 0):
+
+    * objective: ``|F_t| > objective_factor * max(|F_0|, objective_floor)``, with ``F`` the
+      history's ``objective`` (``f + phi``; for a VI method its gap measure, ``gap`` or
+      ``gap_bound``). The floor keeps a run that starts at its solution (``F_0 = 0``) from
+      stopping at the first rounding error; it is absolute, so it suits objectives of order one
+      (averaged losses) and a problem whose losses are in the millions starts far above it.
+    * stationarity (off by default): ``||F_nat(x_t)||^2 > stationarity_factor *
+      max(||F_nat(x_0)||^2, stationarity_floor)`` and growing, at ``patience`` evaluations in a
+      row. Healthy runs started at ``x0 = 0`` can see their stationarity grow by orders of
+      magnitude early on, hence the floor, the patience and the default off.
+
+    ``None`` as a factor switches that rule off.
+    """
+
+    objective_factor: float | None = 1e3
+    objective_floor: float = 1.0
+    stationarity_factor: float | None = None
+    stationarity_floor: float = 1.0
+    patience: int = 3
+
+    def __post_init__(self):
+        for name in ("objective_factor", "stationarity_factor"):
+            value = getattr(self, name)
+            if value is not None and not (_number(value) and math.isfinite(value) and value > 1):
+                raise ValueError(f"divergence {name} must be a finite number > 1 or None (off), got {value!r}")
+        for name in ("objective_floor", "stationarity_floor"):
+            value = getattr(self, name)
+            if not (_number(value) and math.isfinite(value) and value > 0):
+                raise ValueError(f"divergence {name} must be a finite number > 0, got {value!r}")
+        if isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1:
+            raise ValueError(f"divergence patience must be an integer >= 1, got {self.patience!r}")
+
+    @classmethod
+    def parse(cls, value) -> Divergence | None:
+        """The rule a ``divergence=`` argument names: a :class:`Divergence`, a dict of some of its
+        fields (the others keep their defaults; False as a factor switches that rule off, for TOML,
+        which has no None), True or ``"default"`` (the default rule), or None, False or ``"off"``
+        (no rule: only NaN or inf stop the run)."""
+        if value is None or value is False or value == "off":
+            return None
+        if value is True or value == "default":
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            names = [f.name for f in fields(cls)]
+            unknown = sorted(set(value) - set(names))
+            if unknown:
+                raise ValueError(f"divergence has no field {', '.join(map(repr, unknown))}; its fields are "
+                                 f"{', '.join(names)}")
+            return cls(**{k: None if v is False and k.endswith("_factor") else v for k, v in value.items()})
+        raise ValueError(f"divergence must be a Divergence, a dict of its fields ({', '.join(asdict(cls()))}), "
+                         f"True or 'default' (the default rule), or None, False or 'off' (no rule), got {value!r}")
+
+    def check(self, history: History) -> tuple[str, str] | None:
+        """``(rule, sentence with the numbers)`` when a rule fires on the last row of ``history``, else None."""
+        first, last = history.rows[0], history.rows[-1]
+        if self.objective_factor is not None:
+            limit = self.objective_factor * max(abs(first["objective"]), self.objective_floor)
+            if abs(last["objective"]) > limit:
+                return "objective", (
+                    f"objective {last['objective']:.4g} at round {last['round']} > {limit:.4g} = objective_factor "
+                    f"{self.objective_factor:g} x max(|objective at round {first['round']}| "
+                    f"{abs(first['objective']):.4g}, objective_floor {self.objective_floor:g})")
+        if self.stationarity_factor is not None and len(history) > self.patience:
+            limit = self.stationarity_factor * max(first["stationarity"], self.stationarity_floor)
+            tail = [row["stationarity"] for row in history.rows[-self.patience - 1:]]
+            if all(b > limit and b > a for a, b in itertools.pairwise(tail)):
+                return "stationarity", (
+                    f"||F_nat||^2 {tail[-1]:.4g} at round {last['round']} grew over {self.patience} evaluations in a "
+                    f"row above {limit:.4g} = stationarity_factor {self.stationarity_factor:g} x max(||F_nat||^2 at "
+                    f"round {first['round']} {first['stationarity']:.4g}, stationarity_floor "
+                    f"{self.stationarity_floor:g})")
+        return None
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class DivergenceError(FloatingPointError):
+    """A run diverged. ``result`` keeps the history: up to the last finite round when the model or
+    the metrics became NaN or inf (``rule`` is ``"nonfinite"``), including the row that fired a
+    :class:`Divergence` rule otherwise (``rule`` is ``"objective"`` or ``"stationarity"``)."""
+
+    def __init__(self, message: str, result: Result, rule: str = "nonfinite"):
         super().__init__(message)
         self.result = result
+        self.rule = rule
 
 
 def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, backend=None, eval_every: int = 1,
         x0=None, metric_gamma: float | None = None, tol: float | None = None, progress: bool | None = None,
-        callback=None, **hyperparameters) -> Result:
+        callback=None, divergence=True, **hyperparameters) -> Result:
     """Run ``rounds`` rounds of ``algorithm`` on ``problem + regularizer`` and record the history.
 
     Parameters
@@ -116,6 +214,11 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         A one-line progress report on stderr; default on for a terminal and at least 100 rounds.
     callback : callable or None
         ``callback(state, row)`` after every evaluation.
+    divergence : Divergence, dict, bool, str or None
+        The rule that stops a run as diverged before its values reach inf (see
+        :class:`Divergence`). Default (True or ``"default"``): the objective above ``1000 *
+        max(|objective at round 0|, 1)``. A dict sets some fields of :class:`Divergence`
+        (``{"objective_factor": 1e6}``); None, False or ``"off"`` keep only the NaN/inf check.
 
     Returns
     -------
@@ -124,7 +227,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     Raises
     ------
     DivergenceError
-        When the model becomes NaN or inf; its ``result`` holds the history so far.
+        When the model or its metrics become NaN or inf, or the ``divergence`` rule fires; its
+        ``result`` holds the history so far and ``rule`` says which check stopped the run.
     """
     from fedopt.regularizers import Zero
 
@@ -134,6 +238,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     eval_every = _count("eval_every", eval_every, minimum=1)
     if tol is not None and not (float(tol) >= 0 and math.isfinite(float(tol))):
         raise ValueError(f"tol must be a finite number >= 0 or None, got {tol!r}")
+    rule = Divergence.parse(divergence)
     if backend is not None:
         problem = problem.on(backend)
     method.check(problem, regularizer)
@@ -152,20 +257,29 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
                **{f.name: getattr(state.costs, f.name) for f in fields(state.costs)},
                "seconds": time.perf_counter() - start}
         if not (math.isfinite(row["objective"]) and math.isfinite(row["stationarity"])):
-            diverged(f"the objective is {row['objective']} at round {state.round}")
+            diverged(f"the objective is {row['objective']:.4g} and ||F_nat||^2 {row['stationarity']:.4g} at round "
+                     f"{state.round}", last_finite)
         history.append(row)
         if callback is not None:
             callback(state, row)
         if show:
             print(f"\r{method.name}: round {state.round}/{rounds}  stationarity {row['stationarity']:.3e}  "
                   f"objective {row['objective']:.6g}", end="", file=sys.stderr, flush=True)
+        fired = rule.check(history) if rule is not None else None
+        if fired:
+            diverged(fired[1], state, fired[0])
 
-    def diverged(what):
+    def diverged(what, state, kind="nonfinite"):
         if show:
             print(file=sys.stderr)
-        raise DivergenceError(
-            f"{method.name} diverged: {what}. Reduce the step sizes (lr_local, lr_server) or check the data; "
-            "error.result holds the history so far.", result(last_finite))
+        if kind == "nonfinite":
+            advice = "error.result holds the history up to the last finite round."
+        else:
+            advice = ("error.result holds the history including this round. If the run is healthy, loosen the "
+                      "rule: divergence={...} or divergence=None in fedopt.run, [run.divergence] or "
+                      "[run] divergence = false in an experiment file, --set divergence=false on the command line.")
+        raise DivergenceError(f"{method.name} diverged: {what}. Reduce the step sizes (lr_local, lr_server) or "
+                              f"check the data; {advice}", result(state), kind)
 
     def result(state, converged=False):
         return Result(problem.backend.to_numpy(state.x).copy(), history, method, state, seed, gamma, converged)
@@ -181,7 +295,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
                 break
             state = method.round(state)
             if not bool(problem.backend.xp.isfinite(state.x).all()):
-                diverged(f"the model has NaN or inf entries after round {t}")
+                diverged(f"the model has NaN or inf entries after round {t}", last_finite)
             if t % eval_every == 0 or t == rounds:
                 record(state)
             last_finite = state
@@ -196,4 +310,4 @@ def _count(name, value, minimum):
     return int(value)
 
 
-__all__ = ["COLUMNS", "DivergenceError", "History", "Result", "run"]
+__all__ = ["COLUMNS", "Divergence", "DivergenceError", "History", "Result", "run"]

@@ -78,13 +78,19 @@ def make(name: str | Algorithm, **hyperparameters) -> Algorithm:
     return cls(**hyperparameters)
 
 
-def _cls(name: str) -> type[Algorithm]:
-    if name not in ALGORITHMS:
+def canonical(name: str) -> str:
+    """The registered spelling of the method ``name`` (case and ``_``/``-`` do not matter, like regularizer names)."""
+    key = str(name).lower().replace("_", "-")
+    if key not in ALGORITHMS:
         raise ValueError(f"algorithm {name!r} is unknown; choose one of {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[name]
+    return key
+
+
+def _cls(name: str) -> type[Algorithm]:
+    return ALGORITHMS[canonical(name)]
 
 
 __all__ = ["ALGORITHMS", "LIPPAX", "SLIPPAX", "Algorithm", "Costs", "DeepStorm", "Depositum", "DepositumNoTracking",
            "Env", "FedADMM", "FedAvg", "FedCanon", "FedCanon2", "FedDA", "FedDR", "FedMiD", "FedNMap",
            "LocalDualExtrapolation", "LocalExtraSGD", "LocalSGDA", "MinibatchExtragradient", "ProxDSGT", "Scaffnew",
-           "Scaffold", "State", "Zhang", "available", "hyperparameters", "make"]
+           "Scaffold", "State", "Zhang", "available", "canonical", "hyperparameters", "make"]

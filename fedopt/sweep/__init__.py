@@ -2,9 +2,12 @@
 
 * :mod:`fedopt.sweep.config`: the TOML schema, validation (errors name the key and the line),
   expressions such as ``lr_local = "1/Q"``, and the expansion into runs keyed by a hash.
-* :mod:`fedopt.sweep.store`: the SQLite store, one committed row per finished run.
+* :mod:`fedopt.sweep.validate`: the checks every run would do, on the whole grid before the first
+  run; the size and time of a sweep from a short calibration.
+* :mod:`fedopt.sweep.store`: the SQLite store: every sweep kept, one committed row per finished
+  run, leases that let several processes share a grid.
 * :mod:`fedopt.sweep.execute`: serial, local process-pool and Dask executors.
-* :mod:`fedopt.sweep.report`: tables over seeds, PNG figures, fitted slopes.
+* :mod:`fedopt.sweep.report`: tables over seeds, PNG figures, fitted slopes, the rows as data.
 
 >>> from fedopt import sweep
 >>> exp = sweep.load_experiment("speedup_demo")            # or a path to a TOML file
@@ -22,10 +25,11 @@ from fedopt.sweep.config import (
     load_experiment,
     parse_experiment,
 )
-from fedopt.sweep.execute import SweepSummary, execute_run, run_sweep
-from fedopt.sweep.report import fit_slope, report
-from fedopt.sweep.store import Store
+from fedopt.sweep.execute import SweepInterrupted, SweepSummary, execute_run, run_sweep
+from fedopt.sweep.report import export, fit_slope, report
+from fedopt.sweep.store import Store, StoreError
+from fedopt.sweep.validate import estimate, validate
 
-__all__ = ["ConfigError", "Experiment", "RunSpec", "Store", "SweepSummary", "builtin_experiments",
-           "evaluate_expression", "execute_run", "fit_slope", "load_experiment", "parse_experiment", "report",
-           "run_sweep"]
+__all__ = ["ConfigError", "Experiment", "RunSpec", "Store", "StoreError", "SweepInterrupted", "SweepSummary",
+           "builtin_experiments", "estimate", "evaluate_expression", "execute_run", "export", "fit_slope",
+           "load_experiment", "parse_experiment", "report", "run_sweep", "validate"]

@@ -14,6 +14,7 @@ An experiment file has three kinds of tables::
     seeds = [0, 1, 2]            # the trials: run seeds (minibatches and the initial model)
     metric_gamma = 4.0           # gamma inside ||F_nat||^2, the same for every method
     backend = "auto"
+    divergence = { objective_factor = 1e4 }   # optional: when a run stops as diverged (false: only NaN/inf)
 
     [run.dataset]                # a loader of fedopt.datasets and its options
     name = "digits"              # digits, mnist, svmlight, sparse_regression, classification,
@@ -83,6 +84,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import hashlib
 import inspect
 import itertools
@@ -99,7 +101,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 #: The folder of the built-in experiments.
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "experiments"
-RUN_KEYS = {"rounds", "eval_every", "seeds", "metric_gamma", "backend", "tol"}
+RUN_KEYS = {"rounds", "eval_every", "seeds", "metric_gamma", "backend", "tol", "divergence"}
 SECTIONS = ("dataset", "problem", "regularizer", "algorithm", "params")
 EXPERIMENT_KEYS = {"name", "title", "description", "paper", "from_paper", "defaults"}
 GRID_KEYS = {"name", "title", "lines", "slope", "paper_slope", "predicted_slope", "metric"}
@@ -144,6 +146,7 @@ def _signature_defaults(func, skip=()) -> tuple[dict, bool]:
     return params, var_kw
 
 
+@functools.cache
 def _dataset_options(name: str) -> dict:
     from fedopt.datasets import partition
 
@@ -155,6 +158,7 @@ def _dataset_options(name: str) -> dict:
     return options
 
 
+@functools.cache
 def _problem_options(name: str) -> dict:
     """The options of a problem class, following ``**options`` up to the base classes' ``__init__``."""
     from fedopt.problems import PROBLEMS
@@ -178,6 +182,7 @@ def _without_dataset(problem_name: str) -> bool:
     return problem_name in VI_PROBLEMS
 
 
+@functools.cache
 def _regularizer_options(name: str) -> dict:
     from fedopt.regularizers import REGULARIZERS
 
@@ -353,10 +358,25 @@ class Experiment:
     source: str = "<string>"
     text: str = ""
     lines: dict = field(default_factory=dict)
+    #: What was changed after the file was read (``{path: value}``, ``"quick"`` for :meth:`shortened`).
+    overrides: dict = field(default_factory=dict)
+    #: Where each override came from (``{path: "--set path"}``), for error messages.
+    origins: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ errors with lines
     def error(self, message: str, path: str | None = None) -> ConfigError:
-        """A :class:`ConfigError` for the key at ``path`` (a ``run.*`` or ``grid[i].*`` path, or None)."""
+        """A :class:`ConfigError` for the key at ``path`` (a ``run.*`` or ``grid[i].*`` path, or None).
+
+        A key set on the command line is named as such (``--set algorithm.lr_local``), not by a line
+        of the file it replaced.
+        """
+        if path is not None and path.startswith("--"):
+            return ConfigError(f"{path}: {message}")
+        if path is not None and path.startswith("run."):
+            key = path[4:]
+            owners = [k for k in self.origins if key == k or key.startswith(k + ".") or k.startswith(key + ".")]
+            if owners:
+                return ConfigError(f"{', '.join(self.origins[k] for k in owners)}: {message}")
         line = None
         if path is not None:
             probe = path
@@ -376,38 +396,47 @@ class Experiment:
 
     # ------------------------------------------------------------------ expansion
     def algorithms(self) -> set[str]:
+        """The methods of the experiment, in their registered spelling (unknown names as written)."""
+        from fedopt import algorithms
+
         names = {self.run.get("algorithm", {}).get("name")}
         for grid in self.grids:
             names.update(grid.axes.get("algorithm.name", []))
-        return {n for n in names if n is not None}
+        known = {n.replace("_", "-").lower(): n for n in algorithms.available()}
+        return {known.get(str(n).replace("_", "-").lower(), n) for n in names if n is not None}
 
     def expand(self) -> list[RunSpec]:
-        """Every run of the experiment, in grid order then seed order (duplicates kept, same key)."""
+        """Every run of the experiment, in grid order then seed order (duplicates kept, same key).
+
+        A grid point is resolved once and its seeds share the result, so that a grid of 250 000
+        runs expands in seconds.
+        """
         self._check_shared_hyperparameters()
         specs = []
         for grid in self.grids:
             for point in grid.points():
-                base = copy.deepcopy(self.run)
+                base = _copy_tables(self.run)
                 for key, value in point.items():
                     _assign(base, key, value)
+                resolved = self._resolve(base, grid)
                 for seed in self.seeds:
-                    config = self._resolve(base, seed, grid)
-                    labels = {**point, "seed": seed}
-                    specs.append(RunSpec(config_key(config), config, grid.name, labels))
+                    config = {**resolved, "seed": seed}
+                    specs.append(RunSpec(config_key(config), config, grid.name, {**point, "seed": seed}))
         return specs
 
     def _check_shared_hyperparameters(self):
         from fedopt import algorithms
 
-        names = self.algorithms()
-        for name in sorted(names):
-            if name not in algorithms.available():
+        names = set()
+        for name in sorted(self.algorithms()):
+            try:
+                names.add(algorithms.canonical(name))
+            except ValueError as err:
                 path = "run.algorithm.name"
                 for grid in self.grids:
                     if name in grid.axes.get("algorithm.name", []):
                         path = f"grid[{grid.index}].algorithm.name"
-                raise self.error(f"algorithm {name!r} is unknown; choose one of {', '.join(algorithms.available())}",
-                                 path)
+                raise self.error(str(err), path) from None
         shared = {k for k, v in self.run.get("algorithm", {}).items() if k != "name" and not isinstance(v, dict)}
         for grid in self.grids:
             shared |= {k.split(".", 1)[1] for k in grid.axes if k.startswith("algorithm.") and k.count(".") == 1}
@@ -424,7 +453,8 @@ class Experiment:
                 return f"grid[{grid.index}].{key}"
         return f"run.{key}"
 
-    def _resolve(self, base: dict, seed: int, grid: Grid) -> dict:
+    def _resolve(self, base: dict, grid: Grid) -> dict:
+        """The run configuration of one grid point, without its seed."""
         where = lambda key: self._where(key, grid)  # noqa: E731
         params = base.get("params", {})
         for name, value in params.items():
@@ -468,10 +498,26 @@ class Experiment:
         backend = run.get("backend", "auto")
         if backend not in BACKENDS:
             raise self.error(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}", where("backend"))
-        config.update(rounds=int(rounds), eval_every=int(eval_every), seed=int(seed),
+        config.update(rounds=int(rounds), eval_every=int(eval_every),
                       metric_gamma=None if metric_gamma is None else float(metric_gamma),
                       tol=None if tol is None else float(tol), backend=backend)
+        if run.get("divergence") is not None:
+            rule = self._divergence(run["divergence"], where("divergence"))
+            if rule is not None:  # the default rule stays out of the configuration (and its key)
+                config["divergence"] = rule
         return config
+
+    def _divergence(self, value, path):
+        """A non-default divergence rule in its canonical form (False: off), or None for the default rule."""
+        from fedopt.run import Divergence
+
+        try:
+            rule = Divergence.parse(value)
+        except (TypeError, ValueError) as err:
+            raise self.error(str(err), path) from None
+        if rule is None:
+            return False
+        return None if rule == Divergence() else {k: v for k, v in vars(rule).items()}
 
     def _section(self, base, section, options_of, names_of, where, expression_names=None):
         table = dict(base.get(section, {}))
@@ -495,10 +541,7 @@ class Experiment:
         missing = [k for k, v in options.items() if v is inspect.Parameter.empty and k not in resolved]
         if missing:
             raise self.error(f"{section} {name!r} needs {', '.join(missing)}", where(section))
-        for key, default in options.items():
-            if key not in resolved and _jsonable(default):
-                resolved[key] = default
-        return dict(sorted(resolved.items()))
+        return dict(sorted({**_stored_defaults(options_of, name), **resolved}.items()))
 
     def _algorithm(self, base, params, clients, where):
         from fedopt import algorithms
@@ -508,6 +551,7 @@ class Experiment:
         if name is None:
             raise self.error(f"[run.algorithm] needs a name; choose one of {', '.join(algorithms.available())}",
                              where("algorithm"))
+        name = algorithms.canonical(name)  # checked in _check_shared_hyperparameters
         defaults = algorithms.hyperparameters(name)
         per_method = {k: table.pop(k) for k in list(table) if isinstance(table[k], dict)}
         for method, values in per_method.items():
@@ -559,23 +603,36 @@ class Experiment:
             raise self.error(str(err), path) from None
 
     # ------------------------------------------------------------------ variants
-    def override(self, assignments: dict) -> Experiment:
-        """A copy with ``{path: value}`` fixed everywhere (paths below ``[run]``; grid axes on them are dropped)."""
+    def override(self, assignments: dict, origin: str = "--set") -> Experiment:
+        """A copy with ``{path: value}`` fixed everywhere (paths below ``[run]``; grid axes on them are dropped).
+
+        A path naming a whole table (``"algorithm"`` with a dict value) replaces that table and drops
+        every grid axis inside it: a new method starts from its own defaults. ``origin`` names where
+        the values came from in error messages (``--set``, ``--algorithm``, ...).
+        """
         exp = copy.deepcopy(self)
         for key, value in assignments.items():
+            label = f"{origin} {key}" if origin == "--set" else origin
             if key == "seeds":
-                exp.seeds = _check_seeds(value, exp, "seeds")
-                continue
-            _check_path(key, exp, f"--set {key}")
-            _assign(exp.run, key, value)
-            for grid in exp.grids:
-                grid.axes.pop(key, None)
+                exp.seeds = _check_seeds(value, exp, label)
+            elif key in SECTIONS and isinstance(value, dict):
+                exp.run[key] = dict(value)
+                for grid in exp.grids:
+                    grid.axes = {k: v for k, v in grid.axes.items() if not k.startswith(key + ".")}
+            else:
+                _check_path(key, exp, label)
+                _assign(exp.run, key, value)
+                for grid in exp.grids:
+                    grid.axes.pop(key, None)
+            exp.overrides[key] = value
+            exp.origins[key] = label
         return exp
 
     def shortened(self, rounds: int = 2, seeds: int = 1, values: int = 2) -> Experiment:
         """A small version for tests and smoke runs: ``rounds`` rounds, the first ``seeds`` seeds and
         ``values`` values per axis."""
         exp = copy.deepcopy(self)
+        exp.overrides["quick"] = {"rounds": rounds, "seeds": seeds, "values per axis": values}
         exp.run["rounds"] = rounds
         exp.run["eval_every"] = max(1, min(int(exp.run.get("eval_every", 1)), rounds))
         exp.seeds = exp.seeds[:seeds]
@@ -612,12 +669,23 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+@functools.cache
+def _stored_defaults(options_of, name: str) -> dict:
+    """The defaults of ``options_of(name)`` that a stored configuration records (those JSON can hold)."""
+    return {k: v for k, v in options_of(name).items() if v is not inspect.Parameter.empty and _jsonable(v)}
+
+
 def _jsonable(value) -> bool:
     try:
         json.dumps(value)
         return True
     except (TypeError, ValueError):
         return False
+
+
+def _copy_tables(table: dict) -> dict:
+    """A copy of nested tables (the values themselves are shared: they are never changed in place)."""
+    return {k: _copy_tables(v) if isinstance(v, dict) else v for k, v in table.items()}
 
 
 def _assign(table: dict, path: str, value):
@@ -633,7 +701,7 @@ def _check_path(key: str, exp: Experiment, path: str):
         if head not in RUN_KEYS - {"seeds"}:
             raise exp.error(f"unknown key; a run takes {', '.join(sorted(RUN_KEYS))} and the tables "
                             f"{', '.join(SECTIONS)}", path)
-    elif head not in SECTIONS:
+    elif head not in SECTIONS and head != "divergence":
         raise exp.error(f"unknown table {head!r}; the tables of a run are {', '.join(SECTIONS)}", path)
     elif head == "params" and "." in rest:
         raise exp.error("params are plain names (params.alpha)", path)
@@ -655,7 +723,8 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"not valid TOML: {err}", source=source) from None
+        message, line = _toml_error(text, str(err))
+        raise ConfigError(message, line=line, source=source) from None
     lines = key_lines(text)
     exp = Experiment(name=name or "experiment", run={}, seeds=[0], grids=[], source=source, text=text, lines=lines)
     for table in data:
@@ -735,6 +804,26 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
         if not re.search(rf"\b{re.escape(param)}\b", _expressions_text(exp)):
             raise exp.error("this parameter is never used in an expression", _param_path(exp, param))
     return exp
+
+
+def _toml_error(text: str, message: str) -> tuple[str, int | None]:
+    """tomllib's message and the line to cite: for an unclosed array or table, the line that opens it.
+
+    tomllib reports where it noticed the problem, often lines after the bracket that was never closed.
+    """
+    found = re.search(r"\(at line (\d+), column \d+\)", message)
+    if not (found and message.startswith("Unclosed")):
+        return f"not valid TOML: {message}", int(found.group(1)) if found else None
+    noticed, opened, depth = int(found.group(1)), None, 0
+    for number, line in enumerate(text.splitlines()[:noticed], start=1):
+        key = _KEY.match(line) if depth == 0 else None
+        balance = _bracket_balance(line[key.end():] if key else line)
+        if key and balance > 0:
+            opened = (number, line.split("=")[0].strip())
+        depth = max(depth + balance, 0)
+    if opened is None or depth == 0:
+        return f"not valid TOML: {message}", noticed
+    return f"not valid TOML: the value of {opened[1]} is never closed (tomllib: {message})", opened[0]
 
 
 def _history_columns(exp: Experiment) -> list[str]:

@@ -3,57 +3,94 @@
 Every executor calls :func:`execute_run` on a plain configuration dict and sends back a plain
 result dict; only the process that owns the :class:`~fedopt.sweep.store.Store` writes it, one
 commit per finished run. A run that raises is stored as ``failed`` with its traceback and the
-sweep goes on; a run whose iterates blow up is stored as ``diverged`` with its history so far.
+sweep goes on; a run stopped by the divergence rule of :func:`fedopt.run` (or by NaN/inf) is
+stored as ``diverged`` with its history.
 
 * ``serial``: one run after the other in this process (debugging, tiny sweeps).
 * ``local``: a :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes (default:
   the machine's cores), started with ``forkserver`` (``spawn`` where that is missing), never
   ``fork``: Numba's thread pool must not be forked. With several workers each one runs Numba and
   BLAS on one thread, so the cores are shared by runs rather than by the threads of one run.
-  Workers ignore SIGINT: on Ctrl-C the owner stops them, keeps what finished, and returns.
+  Workers ignore SIGINT (the owner stops them) and exit by themselves within a second when the
+  owner process is gone, even after SIGKILL; the forkserver and the resource tracker then exit
+  too, as the last holders of their pipes are gone.
 * ``dask``: the runs are submitted to a Dask cluster, an existing one at ``scheduler``
   (``tcp://host:8786``) or a ``LocalCluster`` of ``workers`` single-threaded workers started here;
-  results come back to this process as they finish (``distributed.as_completed``). Every worker
-  needs fedopt installed and the data sets at the same paths.
+  results come back to this process as they finish. Every worker needs fedopt installed and the
+  data sets at the same paths.
+
+**Sharing a store.** Any number of sweeps (processes, machines with the store on a shared disk,
+Dask clients) may work on one store at once: each claims the runs it executes, a few at a time,
+with a lease in the store (:meth:`~fedopt.sweep.store.Store.claim`), renews its leases while the
+runs go on, and leaves alone the runs other sweeps hold. When only runs held by others are left,
+it waits for them and takes over those whose lease expires (their sweep was killed).
+
+**Signals.** SIGTERM is handled like Ctrl-C: the workers are stopped, what finished is kept, the
+claims are released and :class:`SweepSummary` says ``interrupted`` with the signal (the command
+exits 143, or 130 for Ctrl-C). A signal that arrives while a run is being stored waits until the
+row is committed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
+import secrets
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 
 EXECUTORS = ("local", "dask", "serial")
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 4
+#: Seconds to reach a Dask scheduler before giving up.
+DASK_CONNECT_TIMEOUT = 5.0
+#: Seconds between two looks at runs held by other sweeps.
+POLL_SECONDS = 1.0
+#: Failed runs whose error :class:`SweepSummary` keeps.
+KEPT_ERRORS = 3
 
 
 # ------------------------------------------------------------------------------------------ one run
+def load_dataset(config: dict):
+    """The federated data set of a resolved run configuration, or None for a synthetic operator."""
+    from fedopt.sweep.config import _datasets
+
+    if config.get("dataset") is None:
+        return None
+    options = dict(config["dataset"])
+    return _datasets()[options.pop("name")](**options)
+
+
+def make_problem(config: dict, dataset):
+    """The problem of a resolved run configuration on ``dataset`` (None for a synthetic operator)."""
+    from fedopt.problems import PROBLEMS
+
+    options = dict(config["problem"])
+    cls = PROBLEMS[options.pop("name")]
+    backend = config.get("backend", "auto")
+    if dataset is None:
+        return cls(backend=backend, **options)
+    return cls(dataset, backend=backend, **options)
+
+
 def build(config: dict):
     """``(problem, regularizer)`` of a resolved run configuration; problems are cached per process."""
     from fedopt import regularizers
-    from fedopt.problems import PROBLEMS
-    from fedopt.sweep.config import _datasets
 
     cache_key = json.dumps([config["dataset"], config["problem"], config.get("backend", "auto")], sort_keys=True)
     problem = _CACHE.get(cache_key)
     if problem is None:
-        problem_options = dict(config["problem"])
-        cls = PROBLEMS[problem_options.pop("name")]
-        if config.get("dataset") is None:  # a synthetic operator (fedopt.problems.vi)
-            problem = cls(backend=config.get("backend", "auto"), **problem_options)
-        else:
-            dataset_options = dict(config["dataset"])
-            dataset = _datasets()[dataset_options.pop("name")](**dataset_options)
-            problem = cls(dataset, backend=config.get("backend", "auto"), **problem_options)
+        problem = make_problem(config, load_dataset(config))
         _CACHE[cache_key] = problem
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
@@ -64,12 +101,13 @@ def build(config: dict):
     return problem, regularizer
 
 
-def execute_run(config: dict) -> dict:
+def execute_run(config: dict, progress: bool | None = False, callback=None) -> dict:
     """Run one configuration and return a plain, picklable record (never raises for a failing run).
 
     ``status`` is ``done``, ``diverged`` or ``failed``; ``history`` is ``{column: list}``;
     ``error`` the message or traceback; ``run_seconds`` the time inside :func:`fedopt.run`,
-    ``wall_seconds`` including the data and problem set-up.
+    ``wall_seconds`` including the data and problem set-up. ``progress`` and ``callback`` go to
+    :func:`fedopt.run` (None: a progress line on a terminal).
     """
     import fedopt
     from fedopt.run import DivergenceError
@@ -85,8 +123,8 @@ def execute_run(config: dict) -> dict:
         try:
             result = fedopt.run(config["algorithm"]["name"], problem, regularizer, rounds=config["rounds"],
                                 seed=config["seed"], eval_every=config["eval_every"],
-                                metric_gamma=config.get("metric_gamma"), tol=config.get("tol"), progress=False,
-                                **hyper)
+                                metric_gamma=config.get("metric_gamma"), tol=config.get("tol"), progress=progress,
+                                callback=callback, divergence=config.get("divergence", True), **hyper)
             record["status"] = "done"
         except DivergenceError as err:
             result = err.result
@@ -102,8 +140,14 @@ def execute_run(config: dict) -> dict:
 # -------------------------------------------------------------------------------------- the sweep
 @dataclass
 class SweepSummary:
-    """What :func:`run_sweep` did: ``total`` runs in the experiment, how many were ``skipped``
-    (already stored), ``executed`` now, by status, and whether it was ``interrupted``."""
+    """What :func:`run_sweep` did.
+
+    ``total`` distinct runs in the sweep ``sweep`` (its id in the store), ``skipped`` (stored
+    before it started), ``executed`` here with their ``statuses``, ``by_others`` (finished by other
+    sweeps on the same store meanwhile), ``counts`` (every run of this sweep by stored status, and
+    ``missing``), ``failed_errors`` (the last line of the first errors of runs that failed here),
+    and whether it was ``interrupted`` and by which ``signal`` (``"SIGINT"``, ``"SIGTERM"``).
+    """
 
     experiment: str
     total: int
@@ -112,12 +156,41 @@ class SweepSummary:
     statuses: dict = field(default_factory=dict)
     interrupted: bool = False
     seconds: float = 0.0
+    sweep: str | None = None
+    by_others: int = 0
+    counts: dict = field(default_factory=dict)
+    failed_errors: list = field(default_factory=list)
+    signal: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Every run of the sweep is stored ``done``."""
+        return not self.interrupted and self.counts.get("done", 0) == self.total
+
+    @property
+    def ok(self) -> bool:
+        """No run of the sweep failed and it was not interrupted (diverged runs are results)."""
+        return not self.interrupted and not self.counts.get("failed", 0) and not self.counts.get("missing", 0)
 
     def __str__(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items())) or "nothing new"
-        state = "interrupted; run the sweep again to finish it" if self.interrupted else "complete"
-        return (f"{self.experiment}: {self.total} runs, {self.skipped} already stored, {self.executed} executed "
-                f"({counts}) in {self.seconds:.1f}s; {state}")
+        text = (f"{self.experiment}: {self.total} runs, {self.skipped} already stored, {self.executed} executed "
+                f"({counts})")
+        if self.by_others:
+            text += f", {self.by_others} by other sweeps on this store"
+        text += f" in {self.seconds:.1f}s; "
+        if self.interrupted:
+            by = f" by {self.signal}" if self.signal else ""
+            return text + f"interrupted{by}; run the sweep again to finish it"
+        if self.complete:
+            return text + "complete"
+        bad = [f"{self.counts[s]} {s}" for s in ("failed", "diverged", "missing") if self.counts.get(s)]
+        text += f"finished with {', '.join(bad)} of {self.total} runs"
+        if self.failed_errors:
+            text += f"; first error: {self.failed_errors[0]}"
+        elif self.counts.get("failed"):
+            text += "; the failed runs were stored before: --retry-failed runs them again"
+        return text
 
 
 class _Progress:
@@ -125,20 +198,26 @@ class _Progress:
 
     def __init__(self, total, enabled, label):
         self.total, self.enabled, self.label = total, enabled, label
-        self.done, self.bad, self.start = 0, 0, time.perf_counter()
+        self.done, self.bad, self.others, self.waiting, self.start = 0, 0, 0, 0, time.perf_counter()
 
-    def update(self, status):
-        self.done += 1
-        self.bad += status != "done"
+    def update(self, status=None, others: int = 0, waiting: int | None = None):
+        if status is not None:
+            self.done += 1
+            self.bad += status != "done"
+        self.others += others
+        self.waiting = self.waiting if waiting is None else waiting
         if not self.enabled:
             return
         width = 30
-        filled = int(width * self.done / max(self.total, 1))
+        count = self.done + self.others
+        filled = int(width * count / max(self.total, 1))
         elapsed = time.perf_counter() - self.start
-        eta = elapsed / self.done * (self.total - self.done)
+        eta = f", eta {elapsed / self.done * (self.total - count):.0f}s" if self.done else ""
         extra = f", {self.bad} not done" if self.bad else ""
-        print(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} runs{extra}, "
-              f"{elapsed:.0f}s, eta {eta:.0f}s ", end="", file=sys.stderr, flush=True)
+        extra += f", {self.others} by other sweeps" if self.others else ""
+        extra += f", waiting for {self.waiting} held by other sweeps" if self.waiting else ""
+        print(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {count}/{self.total} runs{extra}, "
+              f"{elapsed:.0f}s{eta} ", end="", file=sys.stderr, flush=True)
 
     def close(self):
         if self.enabled and self.total:
@@ -147,7 +226,7 @@ class _Progress:
 
 def plan(specs, store, resume: bool = True, retry_failed: bool = False):
     """The specs to execute (one per key): all when not ``resume``, else those not stored (and failed
-    ones on request)."""
+    ones on request); and how many distinct runs are skipped."""
     stored = store.statuses() if resume else {}
     todo, seen = [], set()
     for spec in specs:
@@ -160,9 +239,15 @@ def plan(specs, store, resume: bool = True, retry_failed: bool = False):
     return todo, len(seen) - len(todo)
 
 
+def default_owner() -> str:
+    """The claimant of a sweep's runs in the store: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
 def run_sweep(experiment, store, executor: str = "local", workers: int | None = None, scheduler: str | None = None,
               backend: str | None = None, resume: bool = True, retry_failed: bool = False,
-              progress: bool | None = None, dask_processes: bool = True, on_result=None) -> SweepSummary:
+              progress: bool | None = None, dask_processes: bool = True, on_result=None, lease: float = 60.0,
+              owner: str | None = None) -> SweepSummary:
     """Execute the runs of ``experiment`` that ``store`` lacks and store each one as it finishes.
 
     Parameters
@@ -171,7 +256,7 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
     store : Store
     executor : {"local", "dask", "serial"}
     workers : int or None
-        Local processes or LocalCluster workers (default: the number of cores).
+        Local processes or LocalCluster workers (default: the number of cores); at least 1.
     scheduler : str or None
         With ``executor="dask"``: the address of a running scheduler; None starts a LocalCluster.
     backend : str or None
@@ -185,56 +270,293 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
     dask_processes : bool
         LocalCluster workers are processes (default) or threads of this process.
     on_result : callable or None
-        ``on_result(spec, record)`` after each run is stored.
+        ``on_result(spec, record)`` after each run executed here is stored.
+    lease : float
+        Seconds a claim on a run lasts without renewal; renewed every ``lease / 3`` seconds while
+        the run goes on (by the serial executor between the run's evaluations, so a lease shorter
+        than the time between two evaluations lets another sweep run it too). A sweep killed
+        without releasing its claims holds them this long.
+    owner : str or None
+        The claimant's name in the store (default :func:`default_owner`).
 
     Returns
     -------
     SweepSummary
-        ``interrupted`` is True after Ctrl-C; what finished before is stored.
+        ``interrupted`` is True after Ctrl-C or SIGTERM; what finished before is stored.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if scheduler is not None and executor != "dask":
         raise ValueError("--scheduler needs --executor dask")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be >= 1 (got {workers!r}); omit --workers to use every core")
+    if not (isinstance(lease, (int, float)) and lease > 0):
+        raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
+    owner = owner or default_owner()
     specs = experiment.expand()
     if backend is not None:
         specs = [type(s)(s.key, {**s.config, "backend": backend}, s.grid, s.labels) for s in specs]
-    store.register(experiment, specs)
+    sweep_id = store.register(experiment, specs)
     todo, skipped = plan(specs, store, resume, retry_failed)
-    summary = SweepSummary(experiment.name, total=len({s.key for s in specs}), skipped=skipped)
+    rerun = ("done", "diverged", "failed") if not resume else ("failed",) if retry_failed else ()
+    summary = SweepSummary(experiment.name, total=len({s.key for s in specs}), skipped=skipped, sweep=sweep_id)
     show = sys.stderr.isatty() if progress is None else bool(progress)
     bar = _Progress(len(todo), show, experiment.name)
     start = time.perf_counter()
+    guard = _Signals()
+    claims = _Claims(store, owner, lease, rerun, guard)
 
     def finished(spec, record):
-        store.put(spec.key, spec.config, record)
-        summary.executed += 1
-        summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
+        with guard.deferred():  # the row is committed whole and counted, whatever signal arrives
+            store.put(spec.key, spec.config, record, owner=owner)
+            summary.executed += 1
+            summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
+            if record["status"] == "failed" and len(summary.failed_errors) < KEPT_ERRORS:
+                lines = [line for line in (record.get("error") or "").strip().splitlines() if line.strip()]
+                summary.failed_errors.append(lines[-1].strip() if lines else "no error message")
         bar.update(record["status"])
         if on_result is not None:
             on_result(spec, record)
 
-    try:
-        if not todo:
-            pass
-        elif executor == "serial":
-            for spec in todo:
-                finished(spec, execute_run(spec.config))
-        elif executor == "local":
-            _run_local(todo, finished, workers)
-        else:
-            _run_dask(todo, finished, workers, scheduler, dask_processes)
-    except KeyboardInterrupt:
-        summary.interrupted = True
-    finally:
-        bar.close()
-        summary.seconds = time.perf_counter() - start
+    runner, clean = None, False
+    with guard:
+        try:
+            if todo:
+                runner = _make_runner(executor, workers, len(todo), scheduler, dask_processes, claims)
+                _drive(runner, todo, claims, finished, bar, summary)
+            clean = True
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM through _Signals
+            summary.interrupted = True
+            summary.signal = getattr(err, "signal", "SIGINT")
+        finally:
+            with guard.deferred(raise_pending=False):
+                if runner is not None and clean:
+                    runner.close()
+                elif runner is not None:  # after an error or a signal the workers are stopped, not waited for
+                    runner.stop()
+                with contextlib.suppress(Exception):  # a broken store must not hide the first error
+                    store.release(owner)
+            bar.close()
+            summary.seconds = time.perf_counter() - start
+    stored = store.statuses()
+    keys = {s.key for s in specs}
+    counts = {status: 0 for status in ("done", "diverged", "failed", "missing")}
+    for key in keys:
+        counts[stored.get(key, "missing")] += 1
+    summary.counts = counts
     return summary
 
 
-# ------------------------------------------------------------------------------------------- local
-def _worker_init(threads: int | None) -> None:
+class _Claims:
+    """This sweep's claims in the store: taken a few at a time, renewed, released at the end."""
+
+    def __init__(self, store, owner, lease, rerun, guard):
+        self.store, self.owner, self.lease, self.rerun, self.guard = store, owner, float(lease), rerun, guard
+        self.renewed = time.monotonic()
+
+    def take(self, keys) -> list:
+        with self.guard.deferred():
+            return self.store.claim(keys, self.owner, self.lease, rerun=self.rerun)
+
+    def held(self, keys) -> dict:
+        return self.store.held_by_others(keys, self.owner)
+
+    def renew(self) -> None:
+        """Extend the leases when a third of one has passed since the last renewal."""
+        if time.monotonic() - self.renewed >= self.lease / 3:
+            with self.guard.deferred():
+                self.store.renew(self.owner, self.lease)
+            self.renewed = time.monotonic()
+
+    def renew_callback(self, state, row) -> None:
+        """For :func:`fedopt.run` in this process: renew between evaluations of a long run."""
+        self.renew()
+
+
+def _drive(runner, todo, claims, finished, bar, summary) -> None:
+    """Claim, execute and store the runs ``todo`` until each is stored, here or by another sweep."""
+    spec_of = {spec.key: spec for spec in todo}
+    queue = deque(spec_of)
+    waiting: set = set()  # keys held by a live claim of another sweep
+    inflight: set = set()
+    polled = time.monotonic()
+
+    def claim(count):
+        got = []
+        while len(got) < count and queue:
+            batch = [queue.popleft() for _ in range(min(count - len(got), len(queue)))]
+            taken = claims.take(batch)
+            got += taken
+            mine = set(taken)
+            rest = [k for k in batch if k not in mine]
+            held = claims.held(rest) if rest else {}
+            for key in rest:
+                if key in held:
+                    waiting.add(key)
+                else:  # stored by another sweep since this one started
+                    summary.by_others += 1
+                    bar.update(others=1)
+        return got
+
+    def poll():
+        """Runs no longer held by a live claim go back to the queue (stored ones are then counted)."""
+        held = claims.held(list(waiting))
+        for key in [k for k in waiting if k not in held]:
+            waiting.discard(key)
+            queue.appendleft(key)
+        bar.update(waiting=len(waiting))
+
+    timeout = min(claims.lease / 3, POLL_SECONDS)
+    while True:
+        free = runner.capacity - len(inflight)
+        if free > 0 and queue:
+            for key in claim(free):
+                runner.submit(spec_of[key])
+                inflight.add(key)
+        if not inflight:
+            if not waiting and not queue:
+                return
+            if waiting:
+                bar.update(waiting=len(waiting))
+                time.sleep(POLL_SECONDS)
+                poll()
+                polled = time.monotonic()
+            continue
+        for spec, record in runner.wait(timeout):
+            inflight.discard(spec.key)
+            finished(spec, record)
+        claims.renew()
+        if waiting and time.monotonic() - polled >= POLL_SECONDS:
+            poll()
+            polled = time.monotonic()
+
+
+# ------------------------------------------------------------------------------------------ signals
+class SweepInterrupted(KeyboardInterrupt):
+    """SIGTERM (or SIGINT) during :func:`run_sweep`, handled like Ctrl-C; ``signal`` is its name."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.signal = name
+
+
+class _Signals:
+    """While active (in the main thread), SIGTERM and SIGINT raise :class:`SweepInterrupted`, except inside
+    :meth:`deferred` blocks (store writes), after which they are raised; previous handlers are restored."""
+
+    def __init__(self):
+        self.depth, self.pending, self.previous = 0, None, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGTERM, signal.SIGINT):
+                current = signal.getsignal(number)
+                if number == signal.SIGINT and current is not signal.default_int_handler:
+                    continue  # Ctrl-C ignored or handled by the caller: leave it so
+                self.previous[number] = current
+                signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        self.previous.clear()
+
+    def _handle(self, number, frame):
+        name = signal.Signals(number).name
+        if self.depth:
+            self.pending = self.pending or name
+        else:
+            raise SweepInterrupted(name)
+
+    @contextlib.contextmanager
+    def deferred(self, raise_pending: bool = True):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if raise_pending and not self.depth and self.pending:
+            name, self.pending = self.pending, None
+            raise SweepInterrupted(name)
+
+
+# ------------------------------------------------------------------------------------------ runners
+def _make_runner(executor, workers, todo, scheduler, dask_processes, claims):
+    if executor == "serial":
+        return _Serial(claims)
+    if executor == "local":
+        return _Local(min(int(workers or os.cpu_count() or 1), todo))
+    return _Dask(workers, scheduler, dask_processes)
+
+
+class _Serial:
+    """Runs one spec at a time in this process, renewing the leases between evaluations."""
+
+    capacity = 1
+
+    def __init__(self, claims):
+        self.claims, self.queue = claims, deque()
+
+    def submit(self, spec):
+        self.queue.append(spec)
+
+    def wait(self, timeout):
+        if not self.queue:
+            return []
+        spec = self.queue.popleft()
+        return [(spec, execute_run(spec.config, callback=self.claims.renew_callback))]
+
+    def stop(self):
+        self.queue.clear()
+
+    def close(self):
+        self.queue.clear()
+
+
+class _Local:
+    """A pool of ``workers`` processes (see the module docstring)."""
+
+    def __init__(self, workers: int):
+        threads = 1 if workers > 1 else None
+        self.capacity = 2 * workers
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_worker_init,
+                                        initargs=(threads, os.getpid(), _start_time(os.getpid())))
+        self.futures: dict = {}
+
+    def submit(self, spec):
+        self.futures[self.pool.submit(execute_run, spec.config)] = spec
+
+    def wait(self, timeout):
+        done, _ = wait(self.futures, timeout=timeout, return_when=FIRST_COMPLETED)
+        out = []
+        for future in done:
+            spec = self.futures.pop(future)
+            try:
+                record = future.result()
+            except Exception:  # a worker died (out of memory, segfault): store and go on
+                record = {"status": "failed", "history": None, "error": traceback.format_exc()[-8000:]}
+            out.append((spec, record))
+        return out
+
+    def stop(self):
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:  # the workers this pool started
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+
+    def close(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init(threads: int | None, owner: int | None = None, owner_start: str | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner handles Ctrl-C and stops the workers
+    if owner is not None:
+        threading.Thread(target=_exit_with_owner, args=(owner, owner_start), daemon=True,
+                         name="fedopt-owner-watch").start()
     if threads:
         os.environ["NUMBA_NUM_THREADS"] = str(threads)  # before numba is imported here, when it is not yet
         try:
@@ -248,47 +570,50 @@ def _worker_init(threads: int | None) -> None:
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
+def _exit_with_owner(pid: int, start: str | None, every: float = 0.5) -> None:
+    """Exit this worker as soon as the process ``pid`` that owns it is gone (killed without stopping it).
+
+    A pool worker otherwise waits for work forever: it holds both ends of its call queue's pipe, so
+    it never sees the owner's end close.
+    """
+    while _alive(pid, start):
+        time.sleep(every)
+    os._exit(1)
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    """Whether ``pid`` is a live process (not a zombie) started at ``start`` (its /proc start time, when known)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process took the pid
+        return False
+    stat = _proc_stat(pid)
+    if stat is None:  # no /proc: trust kill()
+        return True
+    state, started = stat
+    return state not in ("Z", "X") and (start is None or started == start)
+
+
+def _proc_stat(pid: int):
+    """``(state, start time)`` of ``pid`` from ``/proc/PID/stat``, or None where that is unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[0], fields[19]
+
+
+def _start_time(pid: int) -> str | None:
+    stat = _proc_stat(pid)
+    return None if stat is None else stat[1]
+
+
 def _context():
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
-def _run_local(todo, finished, workers):
-    workers = max(1, int(workers or os.cpu_count() or 1))
-    workers = min(workers, len(todo))
-    threads = 1 if workers > 1 else None
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_worker_init,
-                               initargs=(threads,))
-    pending = {}
-    queue = iter(todo)
-    try:
-        def submit():
-            for spec in queue:
-                pending[pool.submit(execute_run, spec.config)] = spec
-                if len(pending) >= 2 * workers:
-                    return
-
-        submit()
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                spec = pending.pop(future)
-                try:
-                    record = future.result()
-                except Exception:  # a worker died (out of memory, segfault): store and go on
-                    record = {"status": "failed", "history": None, "error": traceback.format_exc()[-8000:]}
-                finished(spec, record)
-            submit()
-    except BaseException:
-        processes = list(getattr(pool, "_processes", {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:  # the workers this pool started
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(timeout=5)
-        raise
-    pool.shutdown(wait=True)
 
 
 # -------------------------------------------------------------------------------------------- dask
@@ -306,41 +631,75 @@ def _dask_worker_setup():
     return os.getpid()
 
 
-def _run_dask(todo, finished, workers, scheduler, processes):
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError as err:
-        raise RuntimeError("--executor dask needs Dask's distributed scheduler: pip install 'fedopt[distributed]'") \
-            from err
-    cluster = None
-    if scheduler is None:
-        n = max(1, int(workers or os.cpu_count() or 1))
-        where = {"host": "127.0.0.1"} if processes else {}  # loopback TCP; threads talk in-process
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes, dashboard_address=None, **where)
-        client = Client(cluster)
-    else:
-        client = Client(scheduler)
-    futures = []
-    try:
-        if scheduler is None and processes:
-            client.run(_dask_worker_setup)
-        futures = [client.submit(execute_run, spec.config, key=f"fedopt-run-{spec.key}", pure=False) for spec in todo]
-        by_key = {future.key: spec for future, spec in zip(futures, todo, strict=True)}
-        for future in as_completed(futures):
-            spec = by_key[future.key]
+class _Dask:
+    """Runs on a Dask cluster: an existing one at ``scheduler`` or a LocalCluster started here."""
+
+    def __init__(self, workers, scheduler, processes):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as err:
+            raise RuntimeError("--executor dask needs Dask's distributed scheduler: pip install "
+                               "'fedopt[distributed]'") from err
+        self.cluster = None
+        if scheduler is None:
+            n = max(1, int(workers or os.cpu_count() or 1))
+            where = {"host": "127.0.0.1"} if processes else {}  # loopback TCP; threads talk in-process
+            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes,
+                                        dashboard_address=None, **where)
+            self.client = Client(self.cluster)
+            if processes:
+                self.client.run(_dask_worker_setup)
+        else:
+            self.client = connect(scheduler)
+        self.capacity = 2 * max(1, sum(self.client.nthreads().values()))
+        self.futures: dict = {}
+
+    def submit(self, spec):
+        future = self.client.submit(execute_run, spec.config, key=f"fedopt-run-{spec.key}", pure=False)
+        self.futures[future] = spec
+
+    def wait(self, timeout):
+        from distributed import wait as dask_wait
+
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):  # distinct types before Python 3.11
+            dask_wait(list(self.futures), timeout=timeout, return_when="FIRST_COMPLETED")
+        out = []
+        for future in [f for f in self.futures if f.done()]:
+            spec = self.futures.pop(future)
             try:
                 record = future.result()
             except Exception:  # a lost worker: store and go on
                 record = {"status": "failed", "history": None, "error": traceback.format_exc()[-8000:]}
-            finished(spec, record)
             future.release()
-    except BaseException:
-        client.cancel(futures)
-        raise
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+            out.append((spec, record))
+        return out
+
+    def stop(self):
+        with contextlib.suppress(Exception):
+            self.client.cancel(list(self.futures))
+        self.futures.clear()
+        self.close()
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
 
 
-__all__ = ["EXECUTORS", "SweepSummary", "build", "execute_run", "plan", "run_sweep"]
+def connect(scheduler: str, timeout: float = DASK_CONNECT_TIMEOUT):
+    """A ``distributed.Client`` on the scheduler at ``scheduler``; RuntimeError naming it when it is not reached."""
+    from distributed import Client
+
+    try:
+        return Client(scheduler, timeout=timeout)
+    except (OSError, TimeoutError, asyncio.TimeoutError) as err:
+        raise RuntimeError(f"cannot reach the Dask scheduler at {scheduler} within {timeout:g} s ({err}); start "
+                           "it with `dask scheduler` on that machine, or check the address and the firewall") \
+            from None
+
+
+__all__ = ["EXECUTORS", "SweepInterrupted", "SweepSummary", "build", "connect", "default_owner", "execute_run",
+           "load_dataset", "make_problem", "plan", "run_sweep"]

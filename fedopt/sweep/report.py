@@ -1,46 +1,70 @@
 """Reports of a store: tables over seeds, curves in the style of the papers' figures, fitted slopes.
 
-For every experiment in the store and every grid of it, the runs are grouped by their grid point
-(all labels but the seed). A group's row gives the mean and the standard deviation over its seeds
-of the final ``||F_nat||^2`` (the last evaluated round), the mean final objective, test accuracy,
-prox evaluations and run time, and how many seeds are done, diverged or failed (only ``done``
-runs enter the means). A grid with ``metric = "gap"`` (any history column: the gap measures of
-the VI methods, ``distance``, ...) tabulates, fits and plots that column's final value instead of
-``||F_nat||^2``; columns without their own store column are read from the stored history.
+A store keeps every sweep it was given (another grid, seed list or override is another sweep).
+For each experiment the report shows its latest sweep, or the one ``sweep=`` names, and lists the
+others with how to choose one. Beside every table it states the sweep id, its overrides (``--set``,
+``--quick``; "as written in the experiment file" when there are none), the fedopt version and
+commit, the machine and the date; the same line is the footer of every figure and the top of
+``report.md``.
+
+For every grid of a sweep, the runs are grouped by their grid point (all labels but the seed). A
+group's row gives the mean and the standard deviation over its seeds of the final
+``||F_nat||^2`` (the last evaluated round), the mean final objective, test accuracy, prox
+evaluations and run time, and how many seeds are done, diverged, failed or missing. Only ``done``
+runs enter the means, the curves and the slopes: a grid says how many of its runs diverged,
+failed or are missing (``3 of 40 runs diverged, excluded``). A grid with ``metric = "gap"`` (any
+history column: the gap measures of the VI methods, ``distance``, ...) tabulates, fits and plots
+that column's final value instead of ``||F_nat||^2``; columns without their own store column are
+read from the stored history.
 
 Slopes: on a grid with ``slope = "dataset.n_clients"`` (or ``"algorithm.local_steps"``) and for
-each setting of its other axes, the least-squares line through ``(log x, log mean_seeds S_final)``;
-the 95 % confidence interval of the slope is ``b +- t_{0.975, k-2} * se(b)`` (scipy.stats), with
-``k`` points (none below 3 points). This is the FedNMap paper's measure of linear speedup
-(-1.436 against log n in Fig. 3, -1.181 against log Q in Fig. 4). A grid's ``paper_slope``
-(the paper's measured value) and ``predicted_slope`` (what a theorem's rate predicts) are printed
-beside the fitted one.
+each setting of its other axes, the least-squares line through ``(log x, log mean_seeds S_final)``
+over the grid points whose seeds all finished ``done`` (the others are left out, and the slope
+line says how many and why: a mean over fewer seeds is not the same measurement); the 95 %
+confidence interval of the slope is ``b +- t_{0.975, k-2} * se(b)`` (scipy.stats), with ``k``
+points (none below 3 points). This is the FedNMap paper's measure of linear speedup (-1.436
+against log n in Fig. 3, -1.181 against log Q in Fig. 4). A grid's ``paper_slope`` (the paper's
+measured value) and ``predicted_slope`` (what a theorem's rate predicts) are printed beside the
+fitted one; beside a sweep with overrides the paper's value is marked as measured on the paper's
+grid, not comparable.
 
 Figures (PNG, matplotlib, the ``plot`` extra; without it the tables and slopes are still
 printed): per grid, ``GRID_curves.png`` with one panel per setting of the axes other than the
 ``lines`` axis and the mean stationarity over seeds against rounds (log scale, min-max band over
 seeds), and ``GRID_slope.png`` with final stationarity against the slope axis on log-log axes,
 the seeds, their mean and the fitted line.
+
+:func:`export` writes the runs as data, one row per run per evaluated round (CSV, or Parquet
+with pyarrow), for plotting with other tools.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
 import math
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 PLOT_HINT = "matplotlib is not installed, so no PNG figures: pip install 'fedopt[plot]'"
+#: Overrides that do not change what a run computes (where it ran), so leave a sweep comparable to the paper.
+NEUTRAL_OVERRIDES = ("backend",)
+NOT_DONE = ("diverged", "failed", "missing")
 
 
 @dataclass
 class Slope:
-    """A fitted line ``log y = intercept + slope * log x`` with the 95 % interval of the slope."""
+    """A fitted line ``log y = intercept + slope * log x`` with the 95 % interval of the slope.
+
+    ``left_out`` grid points of the setting were not fitted (``left_out_why``: a seed not done);
+    ``caution`` qualifies the paper's value when the sweep does not use the paper's grid.
+    """
 
     experiment: str
     grid: str
@@ -54,14 +78,28 @@ class Slope:
     paper: float | None = None
     predicted: float | None = None
     metric: str = "stationarity"
+    left_out: int = 0
+    left_out_why: str = ""
+    caution: str | None = None
 
     def __str__(self) -> str:
         setting = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in self.setting.items())
         ci = f"95% CI [{self.low:.3f}, {self.high:.3f}]" if math.isfinite(self.low) else "no CI with < 3 points"
+        left = f", {_left_out(self.left_out, self.left_out_why)}" if self.left_out else ""
         predicted = f"; predicted {self.predicted:g}" if self.predicted is not None else ""
-        paper = f"; paper {self.paper:g}" if self.paper is not None else ""
         return (f"{self.experiment}/{self.grid}{' (' + setting + ')' if setting else ''}: slope of log {self.metric} "
-                f"against log {_short(self.axis)} = {self.slope:.3f}, {ci}, {self.points} points{predicted}{paper}")
+                f"against log {_short(self.axis)} = {self.slope:.3f}, {ci}, {self.points} points{left}{predicted}"
+                f"{self.paper_text()}")
+
+    def paper_text(self) -> str:
+        """``"; paper -1.436"``, with the caution when the sweep is not the paper's grid; empty without a value."""
+        if self.paper is None:
+            return ""
+        return f"; paper {self.paper:g}" + (f" ({self.caution})" if self.caution else "")
+
+
+def _left_out(count: int, why: str) -> str:
+    return f"{count} point{'s' * (count != 1)} left out ({why})"
 
 
 def fit_slope(x, y, level: float = 0.95) -> tuple[float, float, float, float]:
@@ -83,6 +121,58 @@ def fit_slope(x, y, level: float = 0.95) -> tuple[float, float, float, float]:
     se = math.sqrt(residuals @ residuals / (k - 2) / ((lx - lx.mean()) @ (lx - lx.mean())))
     half = stats.t.ppf(0.5 + level / 2, k - 2) * se
     return float(slope), float(intercept), float(slope - half), float(slope + half)
+
+
+# ------------------------------------------------------------------------------------- provenance
+def overrides_text(overrides: dict) -> str:
+    """The overrides of a sweep in words: ``rounds=5, seeds=[0]``, or "as written in the experiment file"."""
+    if not overrides:
+        return "as written in the experiment file"
+    if "unrecorded" in overrides:
+        return "overrides not recorded (stored by an older fedopt)"
+    parts = []
+    for key, value in overrides.items():
+        if key == "quick" and isinstance(value, dict):
+            parts.append("quick (" + ", ".join(f"{k}={_fmt(v)}" for k, v in value.items()) + ")")
+        else:
+            parts.append(f"{key}={_fmt(value)}")
+    return ", ".join(parts)
+
+
+def provenance_line(sweep: dict) -> str:
+    """Sweep id, overrides, fedopt version and commit, machine and date: what stands beside a table or figure."""
+    origin = sweep.get("provenance") or {}
+    commit = origin.get("commit")
+    version = f"fedopt {origin.get('fedopt_version') or '?'}" + (f" (commit {commit[:10]})" if commit else "")
+    machine = origin.get("machine") or origin.get("cpu_name") or "machine not recorded"
+    host = f" on {origin['host']}" if origin.get("host") else ""
+    date = origin.get("date") or "date not recorded"
+    overrides = overrides_text(sweep.get("overrides") or {})
+    return f"sweep {sweep['id'][:12]}: {overrides}; {version}; {machine}{host}; {date}"
+
+
+def _comparable(overrides: dict) -> bool:
+    """Whether a sweep runs the grid as written (the only overrides are where it ran)."""
+    return all(key in NEUTRAL_OVERRIDES for key in overrides)
+
+
+def _caution(overrides: dict) -> str | None:
+    if _comparable(overrides):
+        return None
+    if "unrecorded" in overrides:
+        return "the paper's grid; this sweep's overrides were not recorded: compare with care"
+    changed = {k: v for k, v in overrides.items() if k not in NEUTRAL_OVERRIDES}
+    return f"the paper's grid; this sweep overrides {overrides_text(changed)}: not comparable"
+
+
+def _date(seconds) -> str:
+    return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M")
+
+
+def _sweep_line(sweep: dict) -> str:
+    counts = ", ".join(f"{n} {status}" for status, n in sweep["counts"].items() if n) or "nothing stored"
+    return (f"{sweep['id'][:12]}  {_date(sweep['updated'])}  {sweep['runs']} runs ({counts})  "
+            f"{overrides_text(sweep['overrides'])}")
 
 
 # ---------------------------------------------------------------------------------------- grouping
@@ -115,6 +205,10 @@ def _final(run, column):
     return value if value is None or math.isfinite(value) else None
 
 
+def _status(run) -> str:
+    return run["status"] or "missing"
+
+
 def _stats(runs, metric="stationarity"):
     done = [r for r in runs if r["status"] == "done" and _final(r, "stationarity") is not None]
     s = np.array([r["final"]["stationarity"] for r in done])
@@ -124,8 +218,7 @@ def _stats(runs, metric="stationarity"):
         return float(np.mean(values)) if values else math.nan
 
     return {
-        "seeds": len(runs), "done": len(done), "diverged": sum(r["status"] == "diverged" for r in runs),
-        "failed": sum(r["status"] == "failed" for r in runs), "missing": sum(r["status"] is None for r in runs),
+        "seeds": len(runs), "done": len(done), **{word: sum(_status(r) == word for r in runs) for word in NOT_DONE},
         "stationarity_mean": float(s.mean()) if len(s) else math.nan,
         "stationarity_std": float(s.std(ddof=1)) if len(s) > 1 else (0.0 if len(s) else math.nan),
         "stationarity_min": float(s.min()) if len(s) else math.nan,
@@ -144,14 +237,28 @@ def _metric_stats(done, metric):
                 f"{metric}_std": float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)}
 
 
+def _excluded(runs) -> str | None:
+    """``3 of 40 runs diverged, excluded; 1 of 40 failed, excluded`` for the runs of a grid; None when all are done."""
+    total = len(runs)
+    parts = [f"{n} of {total} runs {word}, excluded" for word in NOT_DONE
+             if (n := sum(_status(r) == word for r in runs))]
+    return "; ".join(parts) or None
+
+
+def metric_label(metric: str, tex: bool = False) -> str:
+    """The name of a grid's metric on an axis or in a table: ``||F_nat||^2`` for the stationarity, else the column."""
+    if metric != "stationarity":
+        return metric
+    return r"$\|F_{nat}(x_t)\|^2$" if tex else "||F_nat||^2"
+
+
 def _table(axes, rows, metric="stationarity") -> str:
-    label = "||F_nat||^2" if metric == "stationarity" else metric
-    header = [_short(a) for a in axes] + ["seeds ok", f"{label} mean", "std", "objective", "test acc",
+    header = [_short(a) for a in axes] + ["seeds ok", f"{metric_label(metric)} mean", "std", "objective", "test acc",
                                           "prox evals", "seconds"]
     body = []
     for point, st in rows:
         status = f"{st['done']}/{st['seeds']}"
-        for word in ("diverged", "failed", "missing"):
+        for word in NOT_DONE:
             if st[word]:
                 status += f" ({st[word]} {word})"
         body.append([_fmt(point.get(a)) for a in axes] + [
@@ -164,31 +271,58 @@ def _table(axes, rows, metric="stationarity") -> str:
 
 
 # ------------------------------------------------------------------------------------------ report
-def report(store, out=None, experiment: str | None = None, plots: bool = True, stream=None) -> dict:
+def _chosen(db, experiment, sweep):
+    """The sweeps to report: the one ``sweep`` names, else the latest of each experiment (of ``experiment``)."""
+    if sweep is not None:
+        chosen = db.sweep(sweep)
+        if experiment is not None and chosen["experiment"] != experiment:
+            raise ValueError(f"sweep {sweep!r} of {db.path} is of experiment {chosen['experiment']!r}, not "
+                             f"{experiment!r}: give one of them")
+        return [chosen]
+    latest: dict = {}
+    for item in db.sweeps():
+        latest.pop(item["experiment"], None)  # oldest first: keep each experiment's last one, in that order
+        latest[item["experiment"]] = item
+    if experiment is not None:
+        if experiment not in latest:
+            names = ", ".join(latest) or "none"
+            raise ValueError(f"{db.path} holds no experiment {experiment!r}; it holds {names}")
+        return [latest[experiment]]
+    if not latest:
+        raise ValueError(f"{db.path} holds no experiment yet; run `fedopt sweep` first")
+    return list(latest.values())
+
+
+def report(store, out=None, experiment: str | None = None, plots: bool = True, stream=None,
+           sweep: str | None = None) -> dict:
     """Print the tables and slopes of ``store`` (a :class:`Store` or a path) and write CSV, Markdown and PNG files.
 
     Parameters
     ----------
     store : Store or path
+        A path is opened read-only: the report never writes into the store.
     out : path or None
         The folder of the files (default: ``<store stem>_report`` beside the store).
     experiment : str or None
-        Only this experiment (default: all of them).
+        Only this experiment (default: all of them), its latest sweep.
     plots : bool
         Write the PNG figures (when matplotlib is installed).
     stream : file or None
         Where the text goes (default ``sys.stdout``).
+    sweep : str or None
+        Report this sweep (an id, an id prefix or an experiment name) instead of the latest of
+        each experiment; ``fedopt store ls`` lists them.
 
     Returns
     -------
     dict
         ``text`` (what was printed), ``slopes`` (list of :class:`Slope`), ``figures`` (paths),
-        ``tables`` (paths of the CSV files) and ``out``.
+        ``tables`` (paths of the CSV files), ``sweeps`` (the ids reported) and ``out``.
     """
     from fedopt.sweep.store import Store
 
     own = not isinstance(store, Store)
-    db = Store(store) if own else store
+    db = Store(store, readonly=True) if own else store
     stream = sys.stdout if stream is None else stream
     text = io.StringIO()
 
@@ -197,49 +331,18 @@ def report(store, out=None, experiment: str | None = None, plots: bool = True, s
         print(line, file=text)
 
     out = Path(out) if out is not None else db.path.with_name(db.path.stem + "_report")
-    result = {"slopes": [], "figures": [], "tables": [], "out": out}
+    result = {"slopes": [], "figures": [], "tables": [], "sweeps": [], "out": out}
     try:
-        experiments = [e for e in db.experiments() if experiment is None or e["name"] == experiment]
-        if not experiments:
-            names = ", ".join(e["name"] for e in db.experiments()) or "none"
-            raise ValueError(f"{db.path} holds no experiment {experiment!r}; it holds {names}" if experiment
-                             else f"{db.path} holds no experiment yet; run `fedopt sweep` first")
+        chosen = _chosen(db, experiment, sweep)
+        every = db.sweeps()
         figure_module = _matplotlib() if plots else None
         if plots and figure_module is None:
             say(PLOT_HINT)
         out.mkdir(parents=True, exist_ok=True)
-        for exp in experiments:
-            members = db.members(exp["name"])
-            meta = exp["meta"]
-            say(f"== {exp['name']}: {meta.get('title') or ''} ({len(members)} runs)")
-            grids = {g["name"]: g for g in meta["grids"]}
-            folder = out / exp["name"]
-            folder.mkdir(parents=True, exist_ok=True)
-            csv_rows = []
-            for grid_name, points in _group(members).items():
-                grid = grids.get(grid_name, {"name": grid_name, "varied": [], "axes": {}})
-                axes = grid["varied"] or []
-                say(f"-- {grid_name}{': ' + grid['title'] if grid.get('title') else ''}")
-                metric = grid.get("metric") or "stationarity"
-                rows = [(json.loads(p), _stats(runs, metric)) for p, runs in points.items()]
-                say(_table(axes, rows, metric))
-                for point, st in rows:
-                    csv_rows.append({"grid": grid_name, **{_short(k): v for k, v in point.items()}, **st})
-                for slope in _slopes(exp["name"], grid, rows):
-                    result["slopes"].append(slope)
-                    say(f"   slope: {slope}")
-                if figure_module is not None:
-                    result["figures"] += _plot_grid(figure_module, folder, exp["name"], grid, points, rows,
-                                                    [s for s in result["slopes"] if s.grid == grid_name
-                                                     and s.experiment == exp["name"]])
-            failed = [m for m in members if m["status"] == "failed"]
-            if failed:
-                first = failed[0]["error"].strip().splitlines()[-1] if failed[0]["error"] else "?"
-                say(f"   {len(failed)} failed runs; the first: {first}")
-            path = folder / "summary.csv"
-            _write_csv(path, csv_rows)
-            result["tables"].append(path)
-            say()
+        for item in chosen:
+            result["sweeps"].append(item["id"])
+            _report_sweep(db, item, [s for s in every if s["experiment"] == item["experiment"]], out, figure_module,
+                          say, result)
         if result["slopes"]:
             say("slopes (log of the final metric against log of the axis, mean over seeds, 95% t interval):")
             for slope in result["slopes"]:
@@ -247,42 +350,154 @@ def report(store, out=None, experiment: str | None = None, plots: bool = True, s
         if result["figures"]:
             say(f"figures: {out}/ ({len(result['figures'])} PNG files)")
         result["text"] = text.getvalue()
-        (out / "report.md").write_text("```\n" + result["text"] + "```\n", encoding="utf-8")
+        top = "\n".join(f"- {item['experiment']}, {provenance_line(item)}" for item in chosen)
+        (out / "report.md").write_text(f"# fedopt report of {db.path}\n\n{top}\n\n```\n{result['text']}```\n",
+                                       encoding="utf-8")
     finally:
         if own:
             db.close()
     return result
 
 
-def _write_csv(path, rows):
-    columns = []
-    for row in rows:
-        columns += [k for k in row if k not in columns]
+def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
+    """The header, the tables, the exclusions and the slopes of one sweep (and its figures)."""
+    members = db.members(item["id"])
+    meta = item["meta"]
+    distinct = len({m["key"] for m in members})
+    size = f"{distinct} runs" if distinct == len(members) else \
+        f"{len(members)} grid points x seeds, {distinct} distinct runs"
+    say(f"== {item['experiment']}: {meta.get('title') or ''} ({size})")
+    say(f"   {provenance_line(item)}")
+    others = [s for s in siblings if s["id"] != item["id"]]
+    if others:
+        say(f"   {len(others)} other sweep{'s' * (len(others) != 1)} of {item['experiment']} in this store "
+            f"(report one with `fedopt report {db.path} --sweep ID`):")
+        for other in others:
+            say(f"      {_sweep_line(other)}")
+    footer = f"{item['experiment']} {provenance_line(item)}"
+    caution = _caution(item.get("overrides") or {})
+    grids = {g["name"]: g for g in meta.get("grids", [])}
+    folder = out / item["experiment"]
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_rows = []
+    for grid_name, points in _group(members).items():
+        grid = grids.get(grid_name, {"name": grid_name, "varied": [], "axes": {}})
+        axes = grid.get("varied") or []
+        say(f"-- {grid_name}{': ' + grid['title'] if grid.get('title') else ''}")
+        metric = grid.get("metric") or "stationarity"
+        rows = [(json.loads(p), _stats(runs, metric)) for p, runs in points.items()]
+        say(_table(axes, rows, metric))
+        excluded = _excluded([r for runs in points.values() for r in runs])
+        if excluded:
+            say(f"   {excluded}")
+        for point, st in rows:
+            csv_rows.append({"grid": grid_name, **{_short(k): v for k, v in point.items()}, **st})
+        slopes, unfitted = _slopes(item["experiment"], grid, rows, caution)
+        for slope in slopes:
+            result["slopes"].append(slope)
+            say(f"   slope: {slope}")
+        for line in unfitted:
+            say(f"   slope: {line}")
+        if figure_module is not None:
+            result["figures"] += _plot_grid(figure_module, folder, item["experiment"], grid, points, rows, slopes,
+                                            footer)
+    failed = [m for m in members if m["status"] == "failed"]
+    if failed:
+        first = failed[0]["error"].strip().splitlines()[-1] if failed[0]["error"] else "?"
+        say(f"   {len(failed)} failed runs; the first: {first}")
+    path = folder / "summary.csv"
+    _write_csv(path, csv_rows)
+    result["tables"].append(path)
+    say()
+
+
+def _write_csv(path, rows, columns=None):
+    if columns is None:
+        columns = []
+        for row in rows:
+            columns += [k for k in row if k not in columns]
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, columns)
         writer.writeheader()
         writer.writerows(rows)
 
 
-def _slopes(experiment, grid, rows):
+def _slopes(experiment, grid, rows, caution=None):
+    """The slopes of a grid, one per setting of its other axes, and a line for each setting left unfitted.
+
+    Only grid points whose seeds all finished ``done`` are fitted.
+    """
     axis = grid.get("slope")
     if not axis:
-        return []
+        return [], []
     others = [a for a in grid["varied"] if a != axis]
     metric = grid.get("metric") or "stationarity"
     settings: dict = {}
     for point, st in rows:
         setting = json.dumps({a: point.get(a) for a in others}, sort_keys=True)
-        settings.setdefault(setting, []).append((point.get(axis), st[f"{metric}_mean"]))
-    slopes = []
-    for setting, pairs in settings.items():
-        pairs = [(x, y) for x, y in pairs if isinstance(x, (int, float)) and x > 0 and y > 0 and math.isfinite(y)]
+        settings.setdefault(setting, []).append((point.get(axis), st))
+    slopes, unfitted = [], []
+    for setting, entries in settings.items():
+        kept = [(x, st[f"{metric}_mean"]) for x, st in entries if st["done"] == st["seeds"]]
+        pairs = [(x, y) for x, y in kept if isinstance(x, (int, float)) and x > 0 and y > 0 and math.isfinite(y)]
+        left = [st for _, st in entries if st["done"] != st["seeds"]]
+        why = ", ".join(f"{n} {word}" for word in NOT_DONE if (n := sum(st[word] for st in left)))
+        why = f"seeds not done: {why}" if why else "a seed without a finite final value"
         if len({x for x, _ in pairs}) < 2:
+            if left:
+                where = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in json.loads(setting).items())
+                unfitted.append(f"{experiment}/{grid['name']}{' (' + where + ')' if where else ''}: not fitted, "
+                                f"{len(pairs)} point{'s' * (len(pairs) != 1)} with every seed done; "
+                                f"{_left_out(len(left), why)}")
             continue
         b, a, low, high = fit_slope([x for x, _ in pairs], [y for _, y in pairs])
         slopes.append(Slope(experiment, grid["name"], axis, json.loads(setting), b, a, low, high, len(pairs),
-                            grid.get("paper_slope"), grid.get("predicted_slope"), metric))
-    return slopes
+                            grid.get("paper_slope"), grid.get("predicted_slope"), metric, len(left), why, caution))
+    return slopes, unfitted
+
+
+# ------------------------------------------------------------------------------------------- export
+def export(store, path, sweep: str | None = None) -> Path:
+    """Write the runs of ``store`` as data: one row per run per evaluated round (see :meth:`Store.records`).
+
+    ``path`` ending in ``.csv`` gives CSV, ``.parquet`` Parquet (needs pyarrow). ``sweep`` (an id,
+    id prefix or experiment name) limits the rows to that sweep; default every stored run.
+    Columns: the run (``experiment``, ``grid``, ``key``, ``status``, ``seed``), every configuration
+    field (``algorithm.lr_local``, ...), then the history (``round``, ``stationarity``, ...).
+    """
+    from fedopt.sweep.store import Store
+
+    path = Path(path)
+    kind = path.suffix.lower()
+    if kind not in (".csv", ".parquet"):
+        raise ValueError(f"export writes a .csv or a .parquet file, got {str(path)!r}: end the path in one of them")
+    if kind == ".parquet":
+        try:
+            import pyarrow
+            import pyarrow.parquet
+        except ImportError:
+            raise ImportError(f"writing {path} needs pyarrow: pip install pyarrow (or write a .csv)") from None
+    own = not isinstance(store, Store)
+    db = Store(store, readonly=True) if own else store
+    try:
+        rows = list(db.records(sweep))
+    finally:
+        if own:
+            db.close()
+    head, history = {}, {}
+    for row in rows:  # run and configuration columns first, then the history from "round" on
+        keys = list(row)
+        split = keys.index("round") if "round" in keys else len(keys)
+        head.update(dict.fromkeys(keys[:split]))
+        history.update(dict.fromkeys(keys[split:]))
+    columns = list(head) + [c for c in history if c not in head]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == ".csv":
+        _write_csv(path, rows, columns)
+    else:
+        table = pyarrow.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
+        pyarrow.parquet.write_table(table, path)
+    return path
 
 
 # ------------------------------------------------------------------------------------------ figures
@@ -295,10 +510,18 @@ def _matplotlib():
     return Figure
 
 
-def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes):
+def _footer(fig, text, width, height):
+    """``text`` in small type along the bottom edge of ``fig`` (``width`` x ``height`` inches), below the axes."""
+    lines = textwrap.wrap(text, width=int(width * 22))  # about 22 characters of 5.5 pt type per inch
+    bottom = (0.05 + 0.09 * len(lines)) / height
+    fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
+    fig.text(0.01, 0.02 / height, "\n".join(lines), fontsize=5.5, color="0.35", ha="left", va="bottom")
+
+
+def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes, footer=""):
     varied = grid["varied"]
     metric = grid.get("metric") or "stationarity"
-    label = r"$\|F_{nat}(x_t)\|^2$" if metric == "stationarity" else metric
+    ylabel = metric_label(metric, tex=True)
     lines_axis = grid.get("lines") or ("algorithm.name" if "algorithm.name" in varied else
                                       (varied[0] if varied else None))
     panel_axes = [a for a in varied if a != lines_axis]
@@ -311,7 +534,8 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes):
     k = len(panels)
     cols = min(k, 3)
     nrows = math.ceil(k / cols)
-    fig = Figure(figsize=(4.2 * cols, 3.3 * nrows), layout="constrained")
+    width, height = 4.2 * cols, 3.3 * nrows + 0.2
+    fig = Figure(figsize=(width, height), layout="constrained")
     for i, (panel, entries) in enumerate(panels.items()):
         ax = fig.add_subplot(nrows, cols, i + 1)
         for point, runs in entries:
@@ -321,66 +545,78 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes):
             length = min(len(c["round"]) for c in curves)
             rounds = np.array(curves[0]["round"][:length])
             values = np.array([c[metric][:length] for c in curves], dtype=float)
-            label = f"{_short(lines_axis)} = {_fmt(point.get(lines_axis))}" if lines_axis else "mean over seeds"
-            (line,) = ax.plot(rounds, values.mean(0), label=label, lw=1.5)
+            legend = f"{_short(lines_axis)} = {_fmt(point.get(lines_axis))}" if lines_axis else "mean over seeds"
+            (line,) = ax.plot(rounds, values.mean(0), label=legend, lw=1.5)
             if len(curves) > 1:
                 ax.fill_between(rounds, values.min(0), values.max(0), color=line.get_color(), alpha=0.15, lw=0)
         ax.set_yscale("log")
         ax.set_xlabel("communication round")
-        ax.set_ylabel(label)
+        ax.set_ylabel(ylabel)
         setting = json.loads(panel)
         ax.set_title(", ".join(f"{_short(a)} = {_fmt(v)}" for a, v in setting.items()) or grid.get("title") or "",
                      fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     if k > 1:
         fig.suptitle(f"{experiment} / {grid['name']}: {grid.get('title') or ''} (mean over seeds, min-max band)",
                      fontsize=10)
+    if footer:
+        _footer(fig, footer, width, height)
     path = folder / f"{grid['name']}_curves.png"
     fig.savefig(path, dpi=110)
     files.append(path)
     if slopes:
-        axis = grid["slope"]
-        fig = Figure(figsize=(5.2, 4.0), layout="constrained")
-        ax = fig.add_subplot(1, 1, 1)
-        for slope in slopes:
-            xs, ys, means = [], [], []
-            for point_json, runs in points.items():
-                point = json.loads(point_json)
-                if any(point.get(a) != v for a, v in slope.setting.items()):
-                    continue
-                finals = [v for v in (_final(r, metric) for r in runs if r["status"] == "done") if v is not None]
-                xs += [point[axis]] * len(finals)
-                ys += finals
-                if finals:
-                    means.append((point[axis], float(np.mean(finals))))
-            means.sort()
-            setting = ", ".join(f"{_short(a)}={_fmt(v)}" for a, v in slope.setting.items())
-            ci = f" [{slope.low:.2f}, {slope.high:.2f}]" if math.isfinite(slope.low) else ""
-            (line,) = ax.plot([m[0] for m in means], [m[1] for m in means], "o", label=f"{setting} mean".strip())
-            ax.plot(xs, ys, ".", color=line.get_color(), alpha=0.3)
-            grid_x = np.array([means[0][0], means[-1][0]], float)
-            ax.plot(grid_x, np.exp(slope.intercept) * grid_x ** slope.slope, "-", color=line.get_color(),
-                    label=f"slope {slope.slope:.3f}{ci}")
-        from matplotlib.ticker import NullFormatter, ScalarFormatter
-
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ticks = sorted({json.loads(p)[axis] for p in points if isinstance(json.loads(p).get(axis), (int, float))})
-        ax.set_xticks(ticks)
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(_short(axis))
-        ax.set_ylabel(f"final {label}")
-        paper = f"; paper {slopes[0].paper:g}" if slopes[0].paper is not None else ""
-        predicted = f"; predicted {slopes[0].predicted:g}" if slopes[0].predicted is not None else ""
-        ax.set_title(f"{grid.get('title') or grid['name']}{predicted}{paper}", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        path = folder / f"{grid['name']}_slope.png"
-        fig.savefig(path, dpi=110)
-        files.append(path)
+        files.append(_plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer))
     return files
 
 
-__all__ = ["PLOT_HINT", "Slope", "fit_slope", "report"]
+def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    axis = grid["slope"]
+    width, height = 5.2, 4.2
+    fig = Figure(figsize=(width, height), layout="constrained")
+    ax = fig.add_subplot(1, 1, 1)
+    for slope in slopes:
+        seeds, left, means = [], [], []  # (x, final) of the seeds of fitted points, of left-out points; means
+        for point_json, runs in points.items():
+            point = json.loads(point_json)
+            if any(point.get(a) != v for a, v in slope.setting.items()):
+                continue
+            finals = [v for v in (_final(r, metric) for r in runs if r["status"] == "done") if v is not None]
+            complete = len(finals) == len(runs)  # the fitted points: every seed done
+            (seeds if complete else left).extend((point[axis], v) for v in finals)
+            if finals and complete:
+                means.append((point[axis], float(np.mean(finals))))
+        means.sort()
+        setting = ", ".join(f"{_short(a)}={_fmt(v)}" for a, v in slope.setting.items())
+        ci = f" [{slope.low:.2f}, {slope.high:.2f}]" if math.isfinite(slope.low) else ""
+        (line,) = ax.plot([m[0] for m in means], [m[1] for m in means], "o", label=f"{setting} mean".strip())
+        ax.plot([x for x, _ in seeds], [y for _, y in seeds], ".", color=line.get_color(), alpha=0.3)
+        if left:
+            ax.plot([x for x, _ in left], [y for _, y in left], "x", color=line.get_color(), alpha=0.5,
+                    label="left out (a seed not done)")
+        grid_x = np.array([means[0][0], means[-1][0]], float)
+        ax.plot(grid_x, np.exp(slope.intercept) * grid_x ** slope.slope, "-", color=line.get_color(),
+                label=f"slope {slope.slope:.3f}{ci}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ticks = sorted({json.loads(p)[axis] for p in points if isinstance(json.loads(p).get(axis), (int, float))})
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(_short(axis))
+    ax.set_ylabel(f"final {ylabel}")
+    predicted = f"; predicted {slopes[0].predicted:g}" if slopes[0].predicted is not None else ""
+    ax.set_title(f"{grid.get('title') or grid['name']}{predicted}{slopes[0].paper_text()}", fontsize=8, wrap=True)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    if footer:
+        _footer(fig, footer, width, height)
+    path = folder / f"{grid['name']}_slope.png"
+    fig.savefig(path, dpi=110)
+    return path
+
+
+__all__ = ["PLOT_HINT", "Slope", "export", "fit_slope", "metric_label", "overrides_text", "provenance_line", "report"]

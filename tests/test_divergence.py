@@ -1,0 +1,114 @@
+"""The divergence rule of ``fedopt.run``: it stops a blowing-up run early, keeps its history, leaves healthy
+runs alone, can be tuned or switched off, and the NaN/inf check stays."""
+
+import numpy as np
+import pytest
+
+import fedopt
+from fedopt.datasets import load_digits, partition
+from fedopt.problems import LeastSquares, Softmax
+from fedopt.problems.vi import BilinearGame
+from fedopt.regularizers import ElasticNet, Zero
+from fedopt.run import Divergence, DivergenceError
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """The problem of `fedopt run`'s default run: softmax on the digits, 10 clients, sorted partition."""
+    return Softmax(load_digits(n_clients=10, partition="sorted", seed=0), backend="numpy")
+
+
+def default_run(problem, lr_local, **kw):
+    """FedNMap with `fedopt run`'s defaults (elastic net, 10 local steps, evaluated every 10 rounds)."""
+    kw = {"rounds": 20, "eval_every": 10, "progress": False, **kw}
+    return fedopt.run("fednmap", problem, ElasticNet(1e-3, 2e-2), lr_local=lr_local, local_steps=10, gamma=4.0,
+                      **kw)
+
+
+def test_a_huge_step_stops_at_its_first_evaluation_with_the_history_kept(digits):
+    # `fedopt run --set algorithm.lr_local=1e6 --rounds 20` used to finish "done" at objective 4.5e209
+    with pytest.raises(DivergenceError) as info:
+        default_run(digits, 1e6)
+    error = info.value
+    history = error.result.history
+    assert error.rule == "objective"
+    np.testing.assert_array_equal(history["round"], [0, 10])  # the row that fired is kept
+    assert np.isfinite(history["objective"]).all() and history["objective"][-1] > 1e3 * history["objective"][0]
+    assert error.result.state.round == 10
+    message = str(error)
+    assert "at round 10" in message and "objective_factor 1000" in message and "2.303" in message
+    assert "divergence=None" in message and "[run] divergence = false" in message
+
+
+def test_the_rule_can_be_loosened_tightened_and_switched_off(digits):
+    with pytest.raises(DivergenceError) as info:  # 2e104 at round 10 passes, 4.5e209 at round 20 does not
+        default_run(digits, 1e6, divergence={"objective_factor": 1e200})
+    assert info.value.result.history["round"][-1] == 20
+    unchecked = default_run(digits, 1e6, divergence=None)  # what the run did before the rule
+    assert unchecked.history["objective"][-1] > 1e200 and not unchecked.converged
+    assert default_run(digits, 1e6, divergence=False).history["round"][-1] == 20
+    assert default_run(digits, 1e6, divergence="off").history["round"][-1] == 20
+    growth = Divergence(objective_factor=None, stationarity_factor=10.0, patience=3)
+    with pytest.raises(DivergenceError) as info:
+        default_run(digits, 1e6, eval_every=1, divergence=growth)
+    assert info.value.rule == "stationarity" and info.value.result.history["round"][-1] == 3
+    assert "grew over 3 evaluations in a row" in str(info.value)
+
+
+def test_a_healthy_run_is_untouched(digits):
+    checked = default_run(digits, 0.1, eval_every=2)
+    unchecked = default_run(digits, 0.1, eval_every=2, divergence=None)
+    np.testing.assert_array_equal(checked.history["objective"], unchecked.history["objective"])
+    growth = default_run(digits, 0.1, eval_every=2, divergence=Divergence(stationarity_factor=10.0))
+    assert growth.history["round"][-1] == 20
+
+
+def test_a_run_that_starts_at_its_solution_is_not_stopped_by_rounding():
+    # objective 0 at round 0: without the floor any rounding error would be "1000 times the start"
+    rng = np.random.default_rng(0)
+    X, coef = rng.normal(size=(120, 5)), rng.normal(size=5)
+    problem = LeastSquares(partition(X, X @ coef, 4, "iid", seed=0), backend="numpy")
+    result = fedopt.run("fedavg", problem, Zero(), rounds=5, x0=coef, lr_local=0.05, local_steps=3, progress=False)
+    assert result.history["objective"][0] < 1e-20 and result.history["round"][-1] == 5
+
+
+def test_a_diverging_game_is_stopped_by_its_gap_before_it_overflows():
+    game = BilinearGame(dim=6, backend="numpy")
+    with pytest.raises(DivergenceError) as info:
+        fedopt.run("local-sgda", game, rounds=3000, eval_every=10, local_steps=5, lr_local=0.5,
+                   x0=np.zeros(game.n_params), progress=False)
+    history = info.value.result.history  # the gap: 16 at round 0, 2e6 at round 30, ||F_nat||^2 inf at round 650
+    assert info.value.rule == "objective" and history["round"][-1] == 30 and np.isfinite(history["objective"]).all()
+
+
+def test_nan_and_inf_still_stop_the_run_with_the_last_finite_history():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, 8)) * 10
+    problem = LeastSquares(partition(X, X @ rng.normal(size=8), 4, "iid", seed=0), backend="numpy")
+    with pytest.raises(DivergenceError, match="NaN or inf entries after round 20") as info:
+        fedopt.run("fedavg", problem, Zero(), rounds=400, eval_every=400, lr_local=10.0, local_steps=5,
+                   divergence=None, progress=False)
+    assert info.value.rule == "nonfinite"
+    np.testing.assert_array_equal(info.value.result.history["round"], [0])  # no evaluation before the overflow
+    assert info.value.result.state.round == 19 and np.isfinite(info.value.result.x).all()
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"objective_factr": 10.0}, "no field 'objective_factr'; its fields are objective_factor"),
+    ({"objective_factor": 0.5}, "objective_factor must be a finite number > 1 or None"),
+    ({"objective_floor": 0}, "objective_floor must be a finite number > 0"),
+    ({"patience": 0}, "patience must be an integer >= 1"),
+    ("loose", "True or 'default' .* or None, False or 'off'"),
+])
+def test_bad_rules_are_refused_naming_the_field(value, message):
+    with pytest.raises(ValueError, match=message):
+        Divergence.parse(value)
+
+
+def test_the_accepted_forms():
+    assert Divergence.parse(True) == Divergence.parse("default") == Divergence() == Divergence.parse({})
+    assert Divergence.parse(None) is Divergence.parse(False) is Divergence.parse("off") is None
+    assert Divergence.parse({"objective_factor": 1e6}) == Divergence(objective_factor=1e6)
+    assert Divergence.parse({"objective_factor": False, "stationarity_factor": 1e6, "patience": 5}) == \
+        Divergence(objective_factor=None, stationarity_factor=1e6, patience=5)  # a [run.divergence] table
+    assert Divergence().objective_factor == 1e3 and Divergence().stationarity_factor is None

@@ -1,0 +1,197 @@
+"""The report of a store: what it excludes and says so, provenance beside every table, the other sweeps, the
+paper's slope beside an overridden grid, the figures' labels, and the runs as data."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import io
+import math
+import socket
+import sys
+
+import pytest
+
+from fedopt import sweep
+
+rep = importlib.import_module("fedopt.sweep.report")
+
+TOML = """
+[experiment]
+name = "tiny"
+title = "a tiny report"
+from_paper = ["nothing"]
+defaults = ["everything"]
+
+[run]
+rounds = 2
+eval_every = 1
+seeds = [0, 1]
+
+[run.dataset]
+name = "digits"
+n_clients = 4
+
+[run.problem]
+name = "softmax"
+
+[run.regularizer]
+name = "elasticnet"
+l1 = 1e-3
+l2 = 2e-2
+
+[run.algorithm]
+name = "fednmap"
+
+[[grid]]
+name = "speedup"
+"dataset.n_clients" = [4, 8, 16, 32, 64, 128]
+slope = "dataset.n_clients"
+paper_slope = -1.436
+
+[[grid]]
+name = "again"
+"dataset.n_clients" = [4]
+"""
+
+# (n_clients, seed) -> (status, final stationarity); the others are done on the line 3 / n; n = 128 is not run
+ODD = {(32, 0): ("done", 5.0), (32, 1): ("diverged", 1e30), (64, 0): ("failed", None), (64, 1): ("done", 7.0)}
+
+
+def record(status, value):
+    if status == "failed":
+        return {"status": "failed", "history": None, "error": "Traceback\nValueError: boom", "run_seconds": None}
+    return {"status": status, "error": "fednmap diverged: objective ..." if status == "diverged" else None,
+            "history": {"round": [0, 1, 2], "stationarity": [1.0, 2 * value, value], "objective": [2.3, 1.5, 1 + value],
+                        "test_accuracy": [0.1, 0.5, 0.9], "prox_evals": [0, 5, 10], "grad_evals": [0, 5, 10]},
+            "run_seconds": 0.5, "wall_seconds": 0.6, "backend": "numpy", "host": "h", "fedopt_version": "0.1.0"}
+
+
+def fill(store, exp) -> str:
+    """Register ``exp`` in ``store`` and store its runs as :data:`ODD` says; returns the sweep id."""
+    specs = exp.expand()
+    sweep_id = store.register(exp, specs)
+    for spec in specs:
+        n, seed = spec.config["dataset"]["n_clients"], spec.config["seed"]
+        if n != 128:
+            status, value = ODD.get((n, seed), ("done", 3.0 / n))
+            store.put(spec.key, spec.config, record(status, value))
+    return sweep_id
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    """A store with two sweeps of "tiny": an overridden one (rounds = 3), then the file as written (the latest)."""
+    path = tmp_path / "s.db"
+    exp = sweep.parse_experiment(TOML, source="tiny.toml", name="tiny")
+    with sweep.Store(path) as store:
+        fill(store, exp.override({"rounds": 3}))
+        fill(store, exp)
+    return path
+
+
+def test_not_done_runs_are_excluded_with_visible_counts_and_the_slope_skips_their_points(store_path, tmp_path):
+    result = rep.report(store_path, out=tmp_path / "out", plots=False, stream=io.StringIO())
+    text = result["text"]
+    assert "1 of 12 runs diverged, excluded; 1 of 12 runs failed, excluded; 2 of 12 runs missing, excluded" in text
+    (slope,) = result["slopes"]
+    # n = 4, 8, 16 lie on 3 / n; the points with a seed not done (32: diverged, 64: failed, 128: missing) are out
+    assert slope.points == 3 and math.isclose(slope.slope, -1.0) and slope.left_out == 3
+    assert "3 points, 3 points left out (seeds not done: 1 diverged, 1 failed, 2 missing)" in str(slope)
+    assert "1.000e+30" not in text  # the diverged run's huge but finite value reaches no mean
+    summary = (tmp_path / "out" / "tiny" / "summary.csv").read_text().splitlines()
+    assert summary[0].split(",")[:8] == ["grid", "n_clients", "seeds", "done", "diverged", "failed", "missing",
+                                         "stationarity_mean"]
+    assert "speedup,32,2,1,1,0,0,5.0" in summary[4]  # the mean of the done seed only
+
+
+def test_a_setting_with_too_few_complete_points_says_so():
+    rows = [({"dataset.n_clients": n}, {"seeds": 2, "done": done, "diverged": 2 - done, "failed": 0, "missing": 0,
+                                       "stationarity_mean": 1.0 / n}) for n, done in ((4, 2), (8, 1), (16, 0))]
+    grid = {"name": "g", "slope": "dataset.n_clients", "varied": ["dataset.n_clients"]}
+    slopes, unfitted = rep._slopes("e", grid, rows)
+    assert slopes == [] and unfitted == ["e/g: not fitted, 1 point with every seed done; 2 points left out (seeds "
+                                         "not done: 3 diverged)"]
+
+
+def test_every_table_states_the_sweep_its_overrides_and_where_it_ran(store_path, tmp_path):
+    result = rep.report(store_path, out=tmp_path / "out", plots=False, stream=io.StringIO())
+    text = result["text"]
+    with sweep.Store(store_path, readonly=True) as store:
+        overridden, latest = store.sweeps("tiny")
+    assert result["sweeps"] == [latest["id"]]
+    assert f"sweep {latest['id'][:12]}: as written in the experiment file; fedopt " in text
+    assert f"on {socket.gethostname()}; 20" in text  # host, then the ISO date
+    assert "(14 grid points x seeds, 12 distinct runs)" in text  # grid "again" shares the runs with n = 4
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert markdown.splitlines()[2].startswith(f"- tiny, sweep {latest['id'][:12]}: as written")
+    # the other sweep is listed with how to choose it
+    assert f"1 other sweep of tiny in this store (report one with `fedopt report {store_path} --sweep ID`)" in text
+    assert f"{overridden['id'][:12]}  " in text and "rounds=3" in text
+    assert "; paper -1.436" in text and "not comparable" not in text  # the paper's grid, as written
+
+
+def test_the_papers_slope_beside_an_overridden_grid_says_it_is_not_comparable(store_path, tmp_path):
+    with sweep.Store(store_path, readonly=True) as store:
+        overridden = store.sweeps("tiny")[0]
+    result = rep.report(store_path, out=tmp_path / "out", plots=False, stream=io.StringIO(),
+                        sweep=overridden["id"][:8])
+    assert result["sweeps"] == [overridden["id"]]
+    assert f"sweep {overridden['id'][:12]}: rounds=3; fedopt" in result["text"]
+    assert "paper -1.436 (the paper's grid; this sweep overrides rounds=3: not comparable)" in result["text"]
+    assert "as written in the experiment file" in result["text"]  # the other (latest) sweep's listing
+    with pytest.raises(ValueError, match="is of experiment 'tiny', not 'other'"):
+        rep.report(store_path, out=tmp_path / "out", plots=False, stream=io.StringIO(), sweep=overridden["id"],
+                   experiment="other")
+
+
+def test_overrides_in_words():
+    assert rep.overrides_text({}) == "as written in the experiment file"
+    assert rep.overrides_text({"seeds": [0], "quick": {"rounds": 2, "seeds": 1, "values per axis": 2}}) == \
+        "seeds=[0], quick (rounds=2, seeds=1, values per axis=2)"
+    assert rep._caution({"backend": "gpu"}) is None  # where it ran changes nothing
+    assert "not recorded" in rep._caution({"unrecorded": "stored by a fedopt that did not record overrides"})
+
+
+def test_figures_label_the_metric_and_carry_the_provenance(store_path, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the PNG figures need matplotlib (the plot extra)")
+    from matplotlib.figure import Figure
+
+    drawn = []
+
+    class Recorded(Figure):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            drawn.append(self)
+
+    monkeypatch.setattr(rep, "_matplotlib", lambda: Recorded)
+    result = rep.report(store_path, out=tmp_path / "out", stream=io.StringIO())
+    assert sorted(p.name for p in result["figures"]) == ["again_curves.png", "speedup_curves.png", "speedup_slope.png"]
+    labels = [ax.get_ylabel() for fig in drawn for ax in fig.axes]
+    assert labels.count(r"$\|F_{nat}(x_t)\|^2$") == 2 and labels.count(r"final $\|F_{nat}(x_t)\|^2$") == 1
+    for fig in drawn:
+        assert any(t.get_text().startswith("tiny sweep ") and "as written" in t.get_text() for t in fig.texts)
+    assert rep.metric_label("gap", tex=True) == "gap"
+
+
+def test_export_writes_one_row_per_run_and_round(store_path, tmp_path):
+    path = rep.export(store_path, tmp_path / "rows.csv", sweep="tiny")
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    columns = list(rows[0])
+    assert columns[:4] == ["sweep", "experiment", "grid", "key"] and "status" in columns
+    assert {"algorithm.lr_local", "dataset.n_clients", "round", "stationarity"} <= set(columns)
+    assert columns.index("dataset.n_clients") < columns.index("round")
+    speedup = [r for r in rows if r["grid"] == "speedup"]
+    assert len(speedup) == 9 * 3 + 1  # 9 runs with 3 evaluated rounds, the failed one without history
+    failed = [r for r in speedup if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["round"] == "" and failed[0]["dataset.n_clients"] == "64"
+    assert {r["status"] for r in speedup} == {"done", "diverged", "failed"}
+
+
+def test_export_refuses_other_formats_and_names_pyarrow(store_path, tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"\.csv or a \.parquet"):
+        rep.export(store_path, tmp_path / "rows.xlsx")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match="pip install pyarrow"):
+        rep.export(store_path, tmp_path / "rows.parquet")

@@ -1,0 +1,119 @@
+"""The command line of sweeps and runs: errors that name their origin, help texts, names, grid expansion."""
+
+from __future__ import annotations
+
+import pytest
+from test_sweep import TINY, tiny
+
+from fedopt import sweep
+from fedopt.cli import build_parser, main
+from fedopt.sweep import config as config_module
+
+
+def test_invalid_toml_cites_the_line_that_opens_the_unclosed_array():
+    text = TINY.replace("seeds = [0, 1]", "seeds = [0, 1")
+    opened = text.splitlines().index("seeds = [0, 1") + 1
+    with pytest.raises(sweep.ConfigError) as err:
+        sweep.parse_experiment(text, source="tiny.toml")
+    assert f"tiny.toml:{opened}:" in str(err.value) and "seeds is never closed" in str(err.value)
+
+
+def test_set_errors_name_the_command_line_not_a_line_of_the_file():
+    for key, value, expected in (("algorithm.lr_local", "x_unknown", "--set algorithm.lr_local: "),
+                                 ("algorithm.batch_size", 2.5, "--set algorithm.batch_size: "),
+                                 ("rounds", -1, "--set rounds: ")):
+        with pytest.raises(sweep.ConfigError) as err:
+            tiny(**{key: value}).expand()
+        assert str(err.value).startswith(expected), str(err.value)
+        assert "tiny.toml" not in str(err.value)
+
+
+def test_run_flags_are_named_in_errors(capsys):
+    assert main(["run", "--algorithm", "no-such-method", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedopt run: --algorithm: algorithm 'no-such-method' is unknown")
+
+
+def test_algorithm_names_ignore_case_like_regularizer_names():
+    exp = tiny(**{"algorithm.name": "FedNMap", "regularizer.name": "ElasticNet"})
+    config = exp.expand()[0].config
+    assert config["algorithm"]["name"] == "fednmap" and config["regularizer"]["name"] == "elasticnet"
+    assert exp.expand()[0].key == tiny().expand()[0].key
+    replaced = tiny().override({"algorithm": {"name": "Depositum_No_Tracking"}})
+    assert replaced.expand()[0].config["algorithm"]["name"] == "depositum-no-tracking"
+
+
+def test_run_with_a_weakly_convex_regularizer_works_with_its_defaults(tmp_path, capsys):
+    code = main(["run", "--regularizer", "mcp", "--rounds", "2", "--out", str(tmp_path / "h.csv")])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "gamma = 1.5 (= 1 / (2 rho))" in printed.out
+    assert "status done" in printed.out
+
+
+def test_a_failed_run_prints_one_error_and_no_traceback(tmp_path, capsys, monkeypatch):
+    from fedopt.sweep import execute
+
+    def broken(config, **_):
+        return {"status": "failed", "error": "Traceback (most recent call last):\n  ...\nValueError: boom",
+                "history": None}
+
+    monkeypatch.setattr(execute, "execute_run", broken)
+    assert main(["run", "--rounds", "1", "--out", str(tmp_path / "h.csv")]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "fedopt run: the run failed: ValueError: boom"
+
+
+@pytest.mark.parametrize(("command", "flags"), [("run", ("--n-clients", "--rounds", "--seed")),
+                                                ("demo", ("--store", "--workers"))])
+def test_every_flag_has_help(command, flags):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    helps = {flag: action.help for action in sub._actions for flag in action.option_strings}
+    assert all(helps[flag] for flag in flags), helps
+
+
+@pytest.mark.parametrize("workers", ["0", "-2", "two"])
+def test_workers_below_one_are_refused(workers, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "speedup_demo", "--workers", workers])
+    assert exc.value.code == 2
+    assert "--workers: must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_a_grid_point_is_resolved_once_for_all_its_seeds(monkeypatch):
+    exp = tiny(seeds=list(range(7)))
+    calls = []
+    resolve = config_module.Experiment._resolve
+    monkeypatch.setattr(config_module.Experiment, "_resolve",
+                        lambda self, base, grid: calls.append(1) or resolve(self, base, grid))
+    specs = exp.expand()
+    assert len(specs) == 4 * 7 and len(calls) == 4
+    assert [s.labels["seed"] for s in specs[:7]] == list(range(7))
+    assert len({s.key for s in specs}) == len(specs)
+
+
+def test_overrides_are_recorded_for_the_report():
+    exp = tiny(rounds=3).shortened(rounds=2, seeds=1)
+    assert exp.overrides["rounds"] == 3 and exp.overrides["quick"]["rounds"] == 2
+    assert tiny().overrides == {}
+
+
+def test_divergence_rule_in_the_experiment_file_reaches_the_run():
+    default = tiny().expand()[0]
+    assert "divergence" not in default.config  # the default rule leaves the stored keys as they were
+    assert tiny(divergence=True).expand()[0].key == default.key
+    off = tiny(divergence=False).expand()[0]
+    assert off.config["divergence"] is False and off.key != default.key
+    tight = tiny(**{"divergence.objective_factor": 2.0}).expand()[0]
+    assert tight.config["divergence"]["objective_factor"] == 2.0
+    with pytest.raises(sweep.ConfigError, match=r"--set divergence\.patience: .*patience must be an integer"):
+        tiny(**{"divergence.patience": 0}).expand()
+
+
+def test_run_shows_progress_on_a_terminal(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["run", "--rounds", "100", "--set", "eval_every=50", "--out", str(tmp_path / "h.csv")]) == 0
+    assert "fednmap: round 100/100" in capsys.readouterr().err
