@@ -19,8 +19,9 @@ stored as ``diverged`` with its history.
   results come back to this process as they finish. Every worker needs fedopt installed and the
   data sets at the same paths.
 
-**Sharing a store.** Any number of sweeps (processes, machines with the store on a shared disk,
-Dask clients) may work on one store at once: each claims the runs it executes, a few at a time,
+**Sharing a store.** Any number of sweeps (processes on the machine that holds the store, each
+with its local pool or its Dask cluster) may work on one store at once (SQLite's locks are not
+reliable on network file systems): each claims the runs it executes, a few at a time,
 with a lease in the store (:meth:`~fedopt.sweep.store.Store.claim`), renews its leases while the
 runs go on, and leaves alone the runs other sweeps hold. When only runs held by others are left,
 it waits for them and takes over those whose lease expires (their sweep was killed).
