@@ -2,7 +2,7 @@
 
 ``fedopt run``      one run from flags or a TOML file: prints a summary, writes its history (CSV)
 ``fedopt sweep``    expand an experiment (TOML file or built-in name) into runs, execute, store
-``fedopt report``   tables, PNG figures and fitted slopes of a store (``--csv``: the rows as data)
+``fedopt report``   tables, PNG figures, fitted slopes and the papers' claims checked (``--csv``: the rows as data)
 ``fedopt store``    the sweeps a store keeps: ``ls``, ``show``, ``rm``
 ``fedopt list``     algorithms, problems, regularizers, datasets, built-in experiments, backends
 ``fedopt bench``    the standard shapes against their floor; ``--sweep``: runs/s; ``--startup``
@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+import textwrap
 from pathlib import Path
 
 RESULTS = Path("results")
 #: Sweeps with more distinct runs than this need ``--yes`` (after a look at ``--dry-run``).
 LARGE_SWEEP = 20_000
+#: The exit status of ``sweep --check`` and ``report --check`` when a claim of the paper fails.
+CLAIM_FAILED = 3
 
 #: What ``fedopt run`` starts from when no TOML file is given.
 DEFAULT_RUN = """
@@ -220,19 +223,45 @@ def _sweep(args) -> int:
               "failed runs again", file=sys.stderr)
     if args.report:
         code = max(code, _report(argparse.Namespace(store=str(store_path), out=None, experiment=exp.name,
-                                                    sweep=summary.sweep, no_plots=False, csv=None, parquet=None)))
+                                                    sweep=summary.sweep, no_plots=False, csv=None, parquet=None,
+                                                    check=args.check)))
+    elif args.check:
+        code = max(code, _check(store_path, summary.sweep))
     return code
+
+
+def _check(store_path, sweep) -> int:
+    """Print the claims of a sweep; :data:`CLAIM_FAILED` when one fails that the experiment does not document."""
+    from fedopt.sweep.claims import summary
+    from fedopt.sweep.report import check_claims
+
+    verdicts = check_claims(store_path, sweep)
+    if not verdicts:
+        print("the experiment states no claims ([[claim]] tables) to check")
+        return 0
+    print(f"the paper's claims ({summary(verdicts)}):")
+    for verdict in verdicts:
+        print(textwrap.indent(str(verdict), "    "))
+    return _claims_code(verdicts)
+
+
+def _claims_code(verdicts) -> int:
+    failed = [v.claim.name for v in verdicts if v.unexpected_failure]
+    if failed:
+        print(f"claims that fail: {', '.join(failed)}", file=sys.stderr)
+        return CLAIM_FAILED
+    return 0
 
 
 def _report(args) -> int:
     from fedopt.sweep.report import export, report
 
-    report(args.store, out=args.out, experiment=args.experiment, sweep=args.sweep, plots=not args.no_plots)
+    result = report(args.store, out=args.out, experiment=args.experiment, sweep=args.sweep, plots=not args.no_plots)
     for path in (args.csv, args.parquet):
         if path:
             export(args.store, path, sweep=args.sweep)
             print(f"one row per run and evaluated round: {path}")
-    return 0
+    return _claims_code(result["claims"]) if args.check else 0
 
 
 def _store(args) -> int:
@@ -402,6 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dry-run", action="store_true",
                        help="print the number of runs, how many are stored and an estimate of the time; run nothing")
     sweep.add_argument("--yes", action="store_true", help=f"run a sweep of more than {LARGE_SWEEP} runs")
+    sweep.add_argument("--check", action="store_true",
+                       help=f"check the paper's claims ([[claim]] tables) on the sweep; exit {CLAIM_FAILED} when one "
+                            "fails that the experiment does not document")
     sweep.add_argument("--lease", type=float, default=60.0, metavar="SECONDS",
                        help="how long a claim on a run outlives a process that stopped renewing it (default 60): "
                             "several sweeps on one store share its runs")
@@ -416,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-plots", action="store_true", help="tables and slopes only")
     rep.add_argument("--csv", metavar="FILE", help="also write one row per run and evaluated round to this CSV file")
     rep.add_argument("--parquet", metavar="FILE", help="the same rows as Parquet (needs pyarrow)")
+    rep.add_argument("--check", action="store_true",
+                     help=f"exit {CLAIM_FAILED} when a claim of the paper fails that the experiment does not document")
     rep.set_defaults(handler=_report)
 
     store = commands.add_parser("store", help="the sweeps kept in a store: ls, show, rm")

@@ -8,6 +8,7 @@
   run, leases that let several processes share a grid.
 * :mod:`fedopt.sweep.execute`: serial, local process-pool and Dask executors.
 * :mod:`fedopt.sweep.report`: tables over seeds, PNG figures, fitted slopes, the rows as data.
+* :mod:`fedopt.sweep.claims`: the papers' claims (``[[claim]]`` tables) checked against a sweep.
 
 >>> from fedopt import sweep
 >>> exp = sweep.load_experiment("speedup_demo")            # or a path to a TOML file
@@ -26,10 +27,10 @@ from fedopt.sweep.config import (
     parse_experiment,
 )
 from fedopt.sweep.execute import SweepInterrupted, SweepSummary, execute_run, run_sweep
-from fedopt.sweep.report import export, fit_slope, report
+from fedopt.sweep.report import check_claims, export, fit_slope, report
 from fedopt.sweep.store import Store, StoreError
 from fedopt.sweep.validate import estimate, validate
 
 __all__ = ["ConfigError", "Experiment", "RunSpec", "Store", "StoreError", "SweepInterrupted", "SweepSummary",
-           "builtin_experiments", "estimate", "evaluate_expression", "execute_run", "export", "fit_slope",
+           "builtin_experiments", "check_claims", "estimate", "evaluate_expression", "execute_run", "export", "fit_slope",
            "load_experiment", "parse_experiment", "report", "run_sweep", "validate"]

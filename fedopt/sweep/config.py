@@ -60,7 +60,8 @@ of the experiment that has a hyperparameter of that name (``gamma = 4`` reaches 
 Zhang, which has none); a key that none of the experiment's methods has is refused. A sub-table
 ``[run.algorithm.METHOD]`` sets hyperparameters of that method only, and refuses names it lacks.
 
-**Expressions.** A numeric hyperparameter, regularizer parameter or ``metric_gamma`` may be a
+**Expressions.** A numeric hyperparameter, regularizer parameter, ``metric_gamma``, ``rounds`` or
+``eval_every`` (these two must give whole numbers) may be a
 string holding a small arithmetic expression: numbers, ``+ - * / // % **``, parentheses, the
 functions ``sqrt log exp min max floor ceil abs``, and the names ``Q`` and ``K`` (the run's
 ``local_steps``), ``n`` (``dataset.n_clients``), the experiment's ``params`` and the other
@@ -93,6 +94,8 @@ import math
 import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+
+from fedopt.sweep.claims import parse_claim
 
 try:  # Python 3.11+
     import tomllib
@@ -362,6 +365,8 @@ class Experiment:
     overrides: dict = field(default_factory=dict)
     #: Where each override came from (``{path: "--set path"}``), for error messages.
     origins: dict = field(default_factory=dict)
+    #: The paper's claims, checked against a sweep by :mod:`fedopt.sweep.claims`.
+    claims: list = field(default_factory=list)
 
     # ------------------------------------------------------------------ errors with lines
     def error(self, message: str, path: str | None = None) -> ConfigError:
@@ -481,10 +486,10 @@ class Experiment:
         regularizer = self._section(base, "regularizer", _regularizer_options, _regularizer_names, where, names)
         config = {"dataset": dataset, "problem": problem, "regularizer": regularizer, "algorithm": algorithm}
         run = {k: v for k, v in base.items() if k not in SECTIONS}
-        rounds = run.get("rounds", 100)
+        rounds = self._count(run.get("rounds", 100), names, where("rounds"))
         if not _is_int(rounds) or rounds < 0:
             raise self.error(f"rounds must be an integer >= 0, got {rounds!r}", where("rounds"))
-        eval_every = run.get("eval_every", 1)
+        eval_every = self._count(run.get("eval_every", 1), names, where("eval_every"))
         if not _is_int(eval_every) or eval_every < 1:
             raise self.error(f"eval_every must be an integer >= 1, got {eval_every!r}", where("eval_every"))
         metric_gamma = run.get("metric_gamma")
@@ -506,6 +511,14 @@ class Experiment:
             if rule is not None:  # the default rule stays out of the configuration (and its key)
                 config["divergence"] = rule
         return config
+
+    def _count(self, value, names, path):
+        """``rounds`` or ``eval_every``: a number, or an expression that gives a whole number
+        (``"500 / comm_period"``: the same iterations for every communication period)."""
+        if not isinstance(value, str):
+            return value
+        result = self._expression(value, names, path)
+        return int(result) if float(result).is_integer() else result
 
     def _divergence(self, value, path):
         """A non-default divergence rule in its canonical form (False: off), or None for the default rule."""
@@ -633,11 +646,15 @@ class Experiment:
         ``values`` values per axis."""
         exp = copy.deepcopy(self)
         exp.overrides["quick"] = {"rounds": rounds, "seeds": seeds, "values per axis": values}
+        every = exp.run.get("eval_every", 1)
         exp.run["rounds"] = rounds
-        exp.run["eval_every"] = max(1, min(int(exp.run.get("eval_every", 1)), rounds))
+        exp.run["eval_every"] = max(1, min(every if _is_int(every) else 1, rounds))
         exp.seeds = exp.seeds[:seeds]
         for grid in exp.grids:
             grid.axes = {k: v[:values] for k, v in grid.axes.items()}
+            for key in ("rounds", "eval_every"):  # a grid's own counts give way to the short run's
+                if key in grid.axes:
+                    grid.axes[key] = [exp.run[key]]
         return exp
 
 
@@ -728,8 +745,9 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
     lines = key_lines(text)
     exp = Experiment(name=name or "experiment", run={}, seeds=[0], grids=[], source=source, text=text, lines=lines)
     for table in data:
-        if table not in ("experiment", "run", "grid"):
-            raise exp.error("unknown table; an experiment has [experiment], [run] and [[grid]] tables", table)
+        if table not in ("experiment", "run", "grid", "claim"):
+            raise exp.error("unknown table; an experiment has [experiment], [run], [[grid]] and [[claim]] tables",
+                            table)
     meta = data.get("experiment", {})
     for key, value in meta.items():
         if key not in EXPERIMENT_KEYS:
@@ -799,6 +817,13 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
     used = set(run.get("params", {}))
     for grid in exp.grids:
         used |= {k.split(".", 1)[1] for k in grid.axes if k.startswith("params.")}
+    claims = data.get("claim", [])
+    if isinstance(claims, dict):
+        raise exp.error("write [[claim]] (an array of tables), not [claim]", "claim")
+    grids_by_name = {g.name: g for g in exp.grids}
+    exp.claims = [parse_claim(table, i, grids_by_name, columns, exp.error) for i, table in enumerate(claims)]
+    if len({c.name for c in exp.claims}) < len(exp.claims):
+        raise exp.error("two claims share a name", "claim")
     exp.expand()  # validates every run now, before anything executes
     for param in sorted(used):
         if not re.search(rf"\b{re.escape(param)}\b", _expressions_text(exp)):

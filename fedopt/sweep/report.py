@@ -10,7 +10,8 @@ commit, the machine and the date; the same line is the footer of every figure an
 For every grid of a sweep, the runs are grouped by their grid point (all labels but the seed). A
 group's row gives the mean and the standard deviation over its seeds of the final
 ``||F_nat||^2`` (the last evaluated round), the mean final objective, test accuracy, prox
-evaluations and run time, and how many seeds are done, diverged, failed or missing. Only ``done``
+evaluations and run time (and consensus error, for the decentralized methods), and how many
+seeds are done, diverged, failed or missing. Only ``done``
 runs enter the means, the curves and the slopes: a grid says how many of its runs diverged,
 failed or are missing (``3 of 40 runs diverged, excluded``). A grid with ``metric = "gap"`` (any
 history column: the gap measures of the VI methods, ``distance``, ...) tabulates, fits and plots
@@ -27,6 +28,11 @@ against log n in Fig. 3, -1.181 against log Q in Fig. 4). A grid's ``paper_slope
 measured value) and ``predicted_slope`` (what a theorem's rate predicts) are printed beside the
 fitted one; beside a sweep with overrides the paper's value is marked as measured on the paper's
 grid, not comparable.
+
+Claims: an experiment's ``[[claim]]`` tables (:mod:`fedopt.sweep.claims`) are checked against
+the sweep and printed after its tables, each as holds, fails or inconclusive with the statistics
+behind the verdict; on a sweep with overrides each carries the caution that the claim is about
+the paper's setting.
 
 Figures (PNG, matplotlib, the ``plot`` extra; without it the tables and slopes are still
 printed): per grid, ``GRID_curves.png`` with one panel per setting of the axes other than the
@@ -52,10 +58,15 @@ from pathlib import Path
 
 import numpy as np
 
+from fedopt.sweep.claims import check, summary
+
 PLOT_HINT = "matplotlib is not installed, so no PNG figures: pip install 'fedopt[plot]'"
 #: Overrides that do not change what a run computes (where it ran), so leave a sweep comparable to the paper.
 NEUTRAL_OVERRIDES = ("backend",)
 NOT_DONE = ("diverged", "failed", "missing")
+#: History columns of some methods that get a column of the table when the runs record them
+#: (the decentralized methods' consensus error ``sum_i ||x_i - xbar||^2``).
+EXTRA_COLUMNS = ("consensus",)
 
 
 @dataclass
@@ -227,7 +238,13 @@ def _stats(runs, metric="stationarity"):
         "prox_evals_mean": mean("prox_evals"), "grad_evals_mean": mean("grad_evals"),
         "run_seconds_mean": float(np.mean([r["run_seconds"] for r in done])) if done else math.nan,
         **({} if metric == "stationarity" else _metric_stats(done, metric)),
+        **{f"{c}_mean": _mean_final(done, c) for c in EXTRA_COLUMNS if any(c in (r["history"] or {}) for r in done)},
     }
+
+
+def _mean_final(done, column) -> float:
+    values = [v for v in (_final(r, column) for r in done) if v is not None]
+    return float(np.mean(values)) if values else math.nan
 
 
 def _metric_stats(done, metric):
@@ -255,6 +272,8 @@ def metric_label(metric: str, tex: bool = False) -> str:
 def _table(axes, rows, metric="stationarity") -> str:
     header = [_short(a) for a in axes] + ["seeds ok", f"{metric_label(metric)} mean", "std", "objective", "test acc",
                                           "prox evals", "seconds"]
+    extra = [c for c in EXTRA_COLUMNS if any(f"{c}_mean" in st for _, st in rows)]
+    header += extra
     body = []
     for point, st in rows:
         status = f"{st['done']}/{st['seeds']}"
@@ -263,7 +282,8 @@ def _table(axes, rows, metric="stationarity") -> str:
                 status += f" ({st[word]} {word})"
         body.append([_fmt(point.get(a)) for a in axes] + [
             status, f"{st[metric + '_mean']:.3e}", f"{st[metric + '_std']:.1e}", f"{st['objective_mean']:.5g}",
-            f"{st['test_accuracy_mean']:.3f}", f"{st['prox_evals_mean']:.0f}", f"{st['run_seconds_mean']:.2f}"])
+            f"{st['test_accuracy_mean']:.3f}", f"{st['prox_evals_mean']:.0f}", f"{st['run_seconds_mean']:.2f}"]
+            + [f"{st.get(c + '_mean', math.nan):.3e}" for c in extra])
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in body]
@@ -316,7 +336,8 @@ def report(store, out=None, experiment: str | None = None, plots: bool = True, s
     Returns
     -------
     dict
-        ``text`` (what was printed), ``slopes`` (list of :class:`Slope`), ``figures`` (paths),
+        ``text`` (what was printed), ``slopes`` (list of :class:`Slope`), ``claims`` (list of
+        :class:`~fedopt.sweep.claims.Verdict`, the experiments' claims checked), ``figures`` (paths),
         ``tables`` (paths of the CSV files), ``sweeps`` (the ids reported) and ``out``.
     """
     from fedopt.sweep.store import Store
@@ -331,7 +352,7 @@ def report(store, out=None, experiment: str | None = None, plots: bool = True, s
         print(line, file=text)
 
     out = Path(out) if out is not None else db.path.with_name(db.path.stem + "_report")
-    result = {"slopes": [], "figures": [], "tables": [], "sweeps": [], "out": out}
+    result = {"slopes": [], "claims": [], "figures": [], "tables": [], "sweeps": [], "out": out}
     try:
         chosen = _chosen(db, experiment, sweep)
         every = db.sweeps()
@@ -405,10 +426,36 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
     if failed:
         first = failed[0]["error"].strip().splitlines()[-1] if failed[0]["error"] else "?"
         say(f"   {len(failed)} failed runs; the first: {first}")
+    if meta.get("claims"):
+        verdicts = check_claims(db, item["id"])
+        result["claims"] += verdicts
+        say(f"-- the paper's claims ({summary(verdicts)})")
+        for verdict in verdicts:
+            say(textwrap.indent(str(verdict), "   "))
     path = folder / "summary.csv"
     _write_csv(path, csv_rows)
     result["tables"].append(path)
     say()
+
+
+def check_claims(store, sweep: str) -> list:
+    """The experiment's claims checked against the sweep ``sweep`` of ``store`` (a :class:`Store` or a path):
+    a list of :class:`~fedopt.sweep.claims.Verdict` (empty when the experiment states none)."""
+    from fedopt.sweep.store import Store
+
+    own = not isinstance(store, Store)
+    db = Store(store, readonly=True) if own else store
+    try:
+        item = db.sweep(sweep)
+        claims = item["meta"].get("claims")
+        if not claims:
+            return []
+        caution = _caution(item.get("overrides") or {})
+        return check(claims, db.members(item["id"]), caution and caution.replace("the paper's grid",
+                                                                                  "the paper's setting"))
+    finally:
+        if own:
+            db.close()
 
 
 def _write_csv(path, rows, columns=None):
@@ -619,4 +666,5 @@ def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
     return path
 
 
-__all__ = ["PLOT_HINT", "Slope", "export", "fit_slope", "metric_label", "overrides_text", "provenance_line", "report"]
+__all__ = ["PLOT_HINT", "Slope", "check_claims", "export", "fit_slope", "metric_label", "overrides_text",
+           "provenance_line", "report"]

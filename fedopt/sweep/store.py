@@ -441,20 +441,24 @@ class Store:
         """Record the sweep of ``experiment`` made of the runs ``specs``; returns its id.
 
         Every sweep is kept: another grid, another seed list or an override makes another sweep.
-        Registering a sweep that is already stored only marks it as the latest of its experiment.
+        Registering a sweep that is already stored marks it as the latest of its experiment and
+        refreshes its description and claims from ``experiment``.
         """
         rows = _member_rows(specs)
         sweep = _sweep_id(experiment.name, [row[:3] for row in rows])
         now = time.time()
+        meta = {"title": experiment.title, "description": experiment.description, "paper": experiment.paper,
+                "from_paper": experiment.from_paper, "defaults": experiment.defaults,
+                "grids": [{"name": g.name, "title": g.title, "axes": g.axes, "varied": g.varied, "lines": g.lines,
+                           "slope": g.slope, "paper_slope": g.paper_slope, "predicted_slope": g.predicted_slope,
+                           "metric": g.metric} for g in experiment.grids],
+                "claims": [c.as_dict() for c in getattr(experiment, "claims", [])]}
         with self._transaction():
             seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM sweeps").fetchone()[0]
-            if self._db.execute("UPDATE sweeps SET updated = ?, seq = ? WHERE id = ?", (now, seq, sweep)).rowcount:
+            # the same runs again: the description and the claims may have been edited since
+            if self._db.execute("UPDATE sweeps SET updated = ?, seq = ?, meta = ?, spec = ? WHERE id = ?",
+                                (now, seq, _json(meta), experiment.text, sweep)).rowcount:
                 return sweep
-            meta = {"title": experiment.title, "description": experiment.description, "paper": experiment.paper,
-                    "from_paper": experiment.from_paper, "defaults": experiment.defaults,
-                    "grids": [{"name": g.name, "title": g.title, "axes": g.axes, "varied": g.varied, "lines": g.lines,
-                               "slope": g.slope, "paper_slope": g.paper_slope, "predicted_slope": g.predicted_slope,
-                               "metric": g.metric} for g in experiment.grids]}
             self._db.execute("INSERT INTO sweeps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                              (sweep, experiment.name, experiment.source, experiment.text, _json(meta),
                               _json(getattr(experiment, "overrides", None) or {}), _json(provenance()), now, now, seq))

@@ -312,6 +312,8 @@ D_XBAR = ("It is noteworthy that the test accuracy in this and subsequent experi
 D_FIG5 = ("Setting $\\gamma = 0.5$, this experiment uses the same step size parameters, training data, neural network, "
           "and regularization term as the previous one; however, in this case, the training data is non-IID across a "
           "ring network consisting of 20 clients (distributed according to Dir(1)).")
+D_FIG5_T = ("The total number of iterations is set to T = 500, and the effect of communication period T_0 on the "
+            "performance of DEPOSITUM is shown in Fig. 5(a) and (b).")
 D_FIG6 = ("With $T_0 = 20$, while keeping the degree of heterogeneity in the local training data and all other "
           "settings consistent with the previous experiment, Fig. 6 presents the variations in train loss and test "
           "accuracy under these communication topologies.")
@@ -370,6 +372,9 @@ DEPOSITUM_SUPPORT = {
             row("partition", "Dir(1)", D_FIG5, "Dir(1)"),
             row("regularizer.name", "mcp", (D_FIG4, D_FIG5), ("MCP as the regularization term",
                                                                 "and regularization term as the previous one")),
+        ],
+        "T = 500 iterations for every T0 (the equal-iterations grid)": [
+            row("iterations (rounds * T0)", 500, D_FIG5_T, "T = 500", grid="equal-iterations"),
         ],
     },
     "depositum_topology": {
@@ -610,6 +615,7 @@ def _corollary_1(config, value):
 
 #: Per-run values in the paper's symbols: ``name -> f(config, labels)``.
 DERIVED = {
+    "iterations (rounds * T0)": lambda c, _: c["rounds"] * c["algorithm"]["comm_period"],
     "nu1 (= l1)": lambda c, _: c["regularizer"]["l1"],
     "nu2 (= l2 / 2)": lambda c, _: c["regularizer"]["l2"] / 2,
     "eta_a * Q": lambda c, _: c["algorithm"]["lr_local"] * c["algorithm"]["local_steps"],

@@ -1,0 +1,439 @@
+"""A paper's claims as data, checked against a sweep: each one holds, fails or is inconclusive.
+
+An experiment file states the claims of the figure it reproduces in ``[[claim]]`` tables, each
+with the figure or table and the sentence it comes from::
+
+    [[claim]]
+    name = "fednmap-lowest"
+    source = "Fig. 2"
+    quote = "FedNMap consistently achieves lower stationarity than Zhang et al. and FedCanon"
+    grid = "fig2"                   # the grid whose runs are compared
+    kind = "best"                   # best, order, slope, ratio, difference, within
+    axis = "algorithm.name"         # the compared key (a slope claim: the grid's slope axis)
+    values = ["fednmap", "zhang", "fedcanon"]
+    metric = "stationarity"         # any history column (test_accuracy, seconds, prox_evals, ...)
+    at = 300                        # optional: the value at this round (default: the last round)
+    goal = "min"                    # best/order: lower is better ("max": higher is better)
+    where = { "dataset.n_clients" = [20, 50] }   # optional: only these grid points
+    expected = "fails"              # optional: a claim known not to reproduce here ...
+    explanation = "..."             # ... and why (required with expected)
+
+Kinds (``values`` and ``interval`` as the kind needs them):
+
+* ``best``: ``values[0]`` beats each of the others; ``order``: each value beats the next one.
+* ``slope``: the least-squares slope of ``log mean_seeds metric`` against ``log axis`` (the
+  report's slope, over the grid points whose seeds are all done) lies in ``interval``.
+* ``ratio`` / ``difference``: ``values[0]`` over (minus) ``values[1]`` lies in ``interval``
+  (``inf`` and ``-inf`` allowed).
+* ``within``: all ``values`` (default: all of the axis) lie within ``tolerance`` of each other:
+  a relative tolerance (ratio within ``[1/(1+t), 1+t]``) on the log scale, absolute on the linear.
+
+Every claim is checked separately for each setting of the grid's other varied axes (each panel of
+the figure) and holds only where it holds in all of them. A comparison of two grid points uses the
+seeds done in both: the paired t interval (level 0.95) of the per-seed differences when they share
+their seeds (the methods of a trial start from the same point), else Welch's interval. ``scale``
+(default ``"log"`` for the stationarity and the objective-like measures, else ``"linear"``) says
+whether the differences are of logarithms (ratios) or of values. A comparison *holds* when its
+whole interval is on the claimed side, *fails* when its whole interval is on the other side, and
+is *inconclusive* otherwise (or with fewer than 2 seeds). A claimed-better point with diverged
+seeds fails its comparison. A claim fails when one setting fails, holds when all hold, and is
+inconclusive otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+KINDS = ("best", "order", "slope", "ratio", "difference", "within")
+VERDICTS = ("holds", "fails", "inconclusive")
+#: Metrics compared as logarithms by default (positive, spanning orders of magnitude).
+LOG_METRICS = ("stationarity", "normal_map", "gap", "gap_bound", "distance", "consensus")
+LEVEL = 0.95
+
+
+@dataclass
+class Claim:
+    """One ``[[claim]]`` table, validated by :func:`parse_claim`."""
+
+    name: str
+    kind: str
+    grid: str
+    source: str = ""
+    quote: str = ""
+    axis: str | None = None
+    values: list = field(default_factory=list)
+    metric: str = "stationarity"
+    at: int | None = None
+    goal: str = "min"
+    interval: tuple | None = None
+    tolerance: float | None = None
+    where: dict = field(default_factory=dict)
+    scale: str = "log"
+    expected: str | None = None
+    explanation: str = ""
+
+    def as_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Verdict:
+    """The outcome of a claim on a sweep: ``verdict``, one line per setting, and whether it was expected."""
+
+    claim: Claim
+    verdict: str
+    lines: list
+    caution: str | None = None
+
+    @property
+    def unexpected_failure(self) -> bool:
+        """A failure that the experiment does not document (what makes ``--check`` exit non-zero)."""
+        return self.verdict == "fails" and self.claim.expected != "fails"
+
+    def __str__(self) -> str:
+        c = self.claim
+        where = f"{c.source}: " if c.source else ""
+        head = f"[{self.verdict}] {c.name} ({where}\"{c.quote}\")" if c.quote else f"[{self.verdict}] {c.name}"
+        if c.expected:
+            agrees = "as documented" if c.expected == self.verdict else f"documented as {c.expected}"
+            head += f"; {agrees}: {c.explanation}"
+        lines = [head, f"    {describe(c)}"] + [f"    {line}" for line in self.lines]
+        if self.caution:
+            lines.append(f"    caution: {self.caution}")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ parsing
+_KEYS = {"name", "kind", "grid", "source", "quote", "axis", "values", "metric", "at", "goal", "interval",
+         "tolerance", "where", "scale", "expected", "explanation"}
+
+
+def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> Claim:
+    """A :class:`Claim` from the ``index``-th ``[[claim]]`` table; ``error(message, path)`` makes the exception.
+
+    ``grids`` maps the experiment's grid names to their :class:`~fedopt.sweep.config.Grid`;
+    ``columns`` are the history columns its methods record.
+    """
+    def fail(message, key):
+        return error(message, f"claim[{index}].{key}")
+
+    for key in table:
+        if key not in _KEYS:
+            raise fail(f"unknown key; a [[claim]] takes {', '.join(sorted(_KEYS))}", key)
+    for key in ("name", "kind", "grid"):
+        if not isinstance(table.get(key), str):
+            raise fail(f"required, a string (got {table.get(key)!r})", key)
+    kind = table["kind"]
+    if kind not in KINDS:
+        raise fail(f"unknown kind {kind!r}; choose one of {', '.join(KINDS)}", "kind")
+    grid = grids.get(table["grid"])
+    if grid is None:
+        raise fail(f"names no grid of this experiment; its grids are {', '.join(grids)}", "grid")
+    claim = Claim(name=table["name"], kind=kind, grid=grid.name, source=str(table.get("source", "")),
+                  quote=str(table.get("quote", "")), metric=table.get("metric", "stationarity"))
+    if claim.metric not in columns:
+        raise fail(f"names no history column of these methods; choose one of {', '.join(columns)}", "metric")
+    claim.axis = table.get("axis", grid.slope if kind == "slope" else None)
+    if claim.axis not in grid.axes:
+        raise fail(f"names no axis of grid {grid.name!r}; its axes are {', '.join(grid.axes) or 'none'}", "axis")
+    axis_values = grid.axes[claim.axis]
+    claim.values = list(table.get("values", axis_values if kind == "within" else []))
+    for value in claim.values:
+        if value not in axis_values:
+            raise fail(f"{value!r} is not a value of {claim.axis} on grid {grid.name!r} ({axis_values})", "values")
+    needed = {"best": 2, "order": 2, "ratio": 2, "difference": 2, "within": 2, "slope": 0}[kind]
+    if len(claim.values) < needed or (kind in ("ratio", "difference") and len(claim.values) != 2):
+        raise fail(f"a {kind} claim compares {'exactly' if kind in ('ratio', 'difference') else 'at least'} "
+                   f"{needed} values of {claim.axis}", "values")
+    at = table.get("at")
+    if at is not None and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
+        raise fail(f"a round number >= 0, got {at!r}", "at")
+    claim.at = at
+    claim.goal = table.get("goal", "max" if claim.metric == "test_accuracy" else "min")
+    if claim.goal not in ("min", "max"):
+        raise fail(f"'min' (lower is better) or 'max' (higher is better), got {claim.goal!r}", "goal")
+    claim.scale = table.get("scale", "log" if claim.metric in LOG_METRICS else "linear")
+    if claim.scale not in ("log", "linear"):
+        raise fail(f"'log' or 'linear', got {claim.scale!r}", "scale")
+    if kind in ("slope", "ratio", "difference"):
+        interval = table.get("interval")
+        if not (isinstance(interval, list) and len(interval) == 2 and all(_number(v) for v in interval)
+                and interval[0] < interval[1]):
+            raise fail(f"a {kind} claim needs interval = [low, high] with low < high, got {interval!r}", "interval")
+        claim.interval = (float(interval[0]), float(interval[1]))
+    elif "interval" in table:
+        raise fail(f"a {kind} claim takes no interval", "interval")
+    if kind == "within":
+        tolerance = table.get("tolerance")
+        if not (_number(tolerance) and tolerance > 0):
+            raise fail(f"a within claim needs tolerance > 0, got {tolerance!r}", "tolerance")
+        claim.tolerance = float(tolerance)
+    elif "tolerance" in table:
+        raise fail(f"a {kind} claim takes no tolerance", "tolerance")
+    if kind == "slope" and not (grid.slope or "axis" in table):
+        raise fail(f"grid {grid.name!r} has no slope axis: give axis", "axis")
+    where = table.get("where", {})
+    if not isinstance(where, dict):
+        raise fail('a table of grid axes, e.g. where = { "dataset.n_clients" = [20, 50] }', "where")
+    for key, value in where.items():
+        if key not in grid.axes:
+            raise fail(f"{key!r} is not an axis of grid {grid.name!r}", "where")
+        claim.where[key] = value if isinstance(value, list) else [value]
+    claim.expected = table.get("expected")
+    if claim.expected is not None:
+        if claim.expected not in ("fails", "inconclusive"):
+            raise fail(f"'fails' or 'inconclusive' (a claim known not to reproduce here), got {claim.expected!r}",
+                       "expected")
+        if not str(table.get("explanation", "")).strip():
+            raise fail("a claim documented as not reproducing needs explanation = \"why\"", "explanation")
+    claim.explanation = str(table.get("explanation", ""))
+    return claim
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def from_dict(data: dict) -> Claim:
+    """A :class:`Claim` from :meth:`Claim.as_dict` (as stored with a sweep)."""
+    claim = Claim(**data)
+    if claim.interval is not None:
+        claim.interval = tuple(claim.interval)
+    return claim
+
+
+def describe(claim: Claim) -> str:
+    """What is compared, in words: the metric, the round, the axis and the claimed relation."""
+    when = f"at round {claim.at}" if claim.at is not None else "at the last round"
+    better = "lowest" if claim.goal == "min" else "highest"
+    values = ", ".join(_fmt(v) for v in claim.values)
+    if claim.kind == "best":
+        relation = f"{_fmt(claim.values[0])} {better} of {values}"
+    elif claim.kind == "order":
+        relation = (" < " if claim.goal == "min" else " > ").join(_fmt(v) for v in claim.values)
+    elif claim.kind == "slope":
+        relation = f"slope against log {claim.axis} in {_interval(claim.interval)}"
+    elif claim.kind in ("ratio", "difference"):
+        relation = f"{(' / ' if claim.kind == 'ratio' else ' - ').join(_fmt(v) for v in claim.values)} in " \
+                   f"{_interval(claim.interval)}"
+    else:
+        tolerance = f"{claim.tolerance:.0%}" if claim.scale == "log" else f"{claim.tolerance:g}"
+        relation = f"{values} within {tolerance} of each other"
+    where = "; only " + ", ".join(f"{k}={v}" for k, v in claim.where.items()) if claim.where else ""
+    return f"{claim.metric} {when}, {claim.axis}: {relation}{where}"
+
+
+def _interval(pair) -> str:
+    return f"[{pair[0]:g}, {pair[1]:g}]"
+
+
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# --------------------------------------------------------------------------------------- checking
+def check(claims, members, caution: str | None = None) -> list[Verdict]:
+    """The :class:`Verdict` of each claim (a :class:`Claim` or its dict) on the runs ``members`` of a sweep
+    (:meth:`Store.members`); ``caution`` is attached to every verdict (an overridden grid)."""
+    out = []
+    for claim in claims:
+        claim = claim if isinstance(claim, Claim) else from_dict(claim)
+        runs = [m for m in members if m["grid"] == claim.grid and _selected(m["labels"], claim.where)]
+        verdict, lines = _check(claim, runs)
+        out.append(Verdict(claim, verdict, lines, caution))
+    return out
+
+
+def _selected(labels: dict, where: dict) -> bool:
+    return all(labels.get(key) in values for key, values in where.items())
+
+
+def _check(claim: Claim, runs) -> tuple[str, list]:
+    if not runs:
+        return "inconclusive", ["no runs of this grid in the sweep"]
+    varied = sorted({k for m in runs for k in m["labels"] if k != "seed"
+                     and len({json.dumps(r["labels"].get(k)) for r in runs}) > 1})
+    others = [k for k in varied if k != claim.axis]
+    settings: dict = {}
+    for m in runs:
+        setting = json.dumps({k: m["labels"].get(k) for k in others}, sort_keys=True)
+        settings.setdefault(setting, {}).setdefault(json.dumps(m["labels"].get(claim.axis)), []).append(m)
+    verdicts, lines = [], []
+    for setting, by_value in settings.items():
+        name = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in json.loads(setting).items())
+        groups = {json.loads(v): rs for v, rs in by_value.items()}
+        verdict, text = (_check_slope if claim.kind == "slope" else _check_points)(claim, groups)
+        verdicts.append(verdict)
+        lines.append(f"{name + ': ' if name else ''}{verdict}; {text}")
+    return _combine(verdicts), lines
+
+
+def _combine(verdicts) -> str:
+    """``fails`` when one fails, ``holds`` when all hold, else ``inconclusive``."""
+    if "fails" in verdicts:
+        return "fails"
+    return "holds" if verdicts and all(v == "holds" for v in verdicts) else "inconclusive"
+
+
+def _short(key: str) -> str:
+    parts = key.split(".")
+    return parts[0] if parts[-1] == "name" and len(parts) == 2 else parts[-1]
+
+
+def _value(run, claim: Claim):
+    """The run's metric at the claim's round (the last evaluated one by default), or None."""
+    history = run.get("history") or {}
+    column = history.get(claim.metric)
+    if not column:
+        return None
+    if claim.at is None:
+        value = column[-1]
+    else:
+        rounds = history.get("round") or []
+        if claim.at not in rounds:
+            return None
+        value = column[rounds.index(claim.at)]
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _seeds(claim, runs) -> tuple[dict, int, int]:
+    """``({seed: value}, diverged, other not done)`` of the runs of one grid point."""
+    values, diverged, other = {}, 0, 0
+    for run in runs:
+        value = _value(run, claim) if run["status"] == "done" else None
+        if value is not None and (claim.scale == "linear" or value > 0):
+            values[run["labels"].get("seed")] = value
+        elif run["status"] == "diverged":
+            diverged += 1
+        else:
+            other += 1
+    return values, diverged, other
+
+
+def interval(a: dict, b: dict, log: bool, level: float = LEVEL):
+    """``(estimate, low, high, how)`` of ``mean(a) - mean(b)`` (of logs when ``log``) over seeds.
+
+    Paired over the seeds when ``a`` and ``b`` (``{seed: value}``) share them, else Welch's
+    interval; None with fewer than 2 values on a side.
+    """
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        return None
+    f = np.log if log else np.asarray
+    if set(a) == set(b):
+        d = f(np.array([a[s] for s in a], float)) - f(np.array([b[s] for s in a], float))
+        k = len(d)
+        se = d.std(ddof=1) / math.sqrt(k)
+        half = stats.t.ppf(0.5 + level / 2, k - 1) * se if se > 0 else 0.0
+        return float(d.mean()), float(d.mean() - half), float(d.mean() + half), f"paired over {k} seeds"
+    x, y = f(np.array(list(a.values()), float)), f(np.array(list(b.values()), float))
+    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return float(x.mean() - y.mean()), float(x.mean() - y.mean()), float(x.mean() - y.mean()), "Welch"
+    dof = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
+    half = stats.t.ppf(0.5 + level / 2, dof) * se
+    diff = float(x.mean() - y.mean())
+    return diff, diff - half, diff + half, f"Welch over {len(x)} and {len(y)} seeds"
+
+
+def _place(low, high, lo, hi) -> str:
+    """``holds`` when ``[low, high]`` lies in ``[lo, hi]``, ``fails`` when it misses it, else inconclusive."""
+    if lo <= low and high <= hi:
+        return "holds"
+    if high < lo or low > hi:
+        return "fails"
+    return "inconclusive"
+
+
+def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
+    """The pairwise comparisons of a best, order, ratio, difference or within claim in one setting."""
+    data = {v: _seeds(claim, groups.get(v, [])) for v in claim.values}
+    absent = [v for v in claim.values if v not in groups]
+    if absent:
+        return "inconclusive", f"no runs of {', '.join(_fmt(v) for v in absent)}"
+    if claim.kind == "best":
+        pairs = [(claim.values[0], other) for other in claim.values[1:]]
+    elif claim.kind == "order":
+        pairs = list(zip(claim.values, claim.values[1:], strict=False))
+    elif claim.kind == "within":
+        pairs = [(a, b) for i, a in enumerate(claim.values) for b in claim.values[i + 1:]]
+    else:
+        pairs = [tuple(claim.values)]
+    log = claim.scale == "log"
+    verdicts, parts, hows = [], [], []
+    for a, b in pairs:
+        (va, diverged_a, other_a), (vb, diverged_b, other_b) = data[a], data[b]
+        label = f"{_fmt(a)} {'/' if log else '-'} {_fmt(b)}"
+        not_done = ", ".join(f"{_fmt(v)}: {n} of {len(groups[v])} seeds {word}" for v, n, word in
+                             ((a, diverged_a, "diverged"), (a, other_a, "not done"),
+                              (b, diverged_b, "diverged"), (b, other_b, "not done")) if n)
+        if claim.kind in ("best", "order") and diverged_a and not diverged_b:
+            verdicts.append("fails")
+            parts.append(f"{label}: {not_done}")
+            continue
+        ci = interval(va, vb, log)
+        if ci is None:
+            verdicts.append("inconclusive")
+            parts.append(f"{label}: fewer than 2 seeds done on a side" + (f" ({not_done})" if not_done else ""))
+            continue
+        estimate, low, high, how = ci
+        verdict = _pair_verdict(claim, low, high)
+        verdicts.append(verdict)
+        show = (lambda t: f"{math.exp(t):.3g}") if log else (lambda t: f"{t:.3g}")
+        parts.append(f"{label} = {show(estimate)} [{show(low)}, {show(high)}] {verdict}"
+                     + (f" ({not_done})" if not_done else ""))
+        hows.append(how)
+    if hows:
+        parts.append(f"{LEVEL:.0%} t intervals, {', '.join(dict.fromkeys(hows))}")
+    return _combine(verdicts), "; ".join(parts)
+
+
+def _pair_verdict(claim: Claim, low: float, high: float) -> str:
+    """The verdict of one comparison from the interval ``[low, high]`` of ``a - b`` (of logs on the log scale)."""
+    if claim.kind in ("best", "order"):
+        return _place(low, high, *((-math.inf, 0.0) if claim.goal == "min" else (0.0, math.inf)))
+    if claim.kind == "within":
+        t = math.log1p(claim.tolerance) if claim.scale == "log" else claim.tolerance
+        return _place(low, high, -t, t)
+    lo, hi = claim.interval
+    if claim.scale == "log":  # a ratio's interval, compared as logarithms
+        lo, hi = (math.log(lo) if lo > 0 else -math.inf), (math.log(hi) if hi > 0 else -math.inf)
+    return _place(low, high, lo, hi)
+
+
+def _check_slope(claim: Claim, groups: dict) -> tuple[str, str]:
+    """A slope claim in one setting: the fitted slope's 95 % interval against the claimed interval."""
+    from fedopt.sweep.report import fit_slope
+
+    points, left = [], 0
+    for x, runs in groups.items():
+        values, diverged, other = _seeds(claim, runs)
+        if diverged or other or not values:
+            left += 1
+        elif isinstance(x, (int, float)) and x > 0:
+            points.append((x, float(np.mean(list(values.values())))))
+    left_text = f"; {left} point{'s' * (left != 1)} left out (a seed not done)" if left else ""
+    if len({x for x, _ in points}) < 3:
+        return "inconclusive", f"{len(points)} points with every seed done, a slope interval needs 3{left_text}"
+    slope, _, low, high = fit_slope([x for x, _ in points], [y for _, y in points])
+    verdict = _place(low, high, *claim.interval)
+    return verdict, (f"slope {slope:.3f}, {LEVEL:.0%} CI [{low:.3f}, {high:.3f}] over {len(points)} points"
+                     f" (claimed {_interval(claim.interval)}){left_text}")
+
+
+def summary(verdicts) -> str:
+    """``3 claims: 1 holds, 1 fails (documented), 1 inconclusive``."""
+    counts = {v: sum(x.verdict == v for x in verdicts) for v in VERDICTS}
+    documented = sum(x.verdict == "fails" and not x.unexpected_failure for x in verdicts)
+    parts = [f"{n} {v}" + (f" ({documented} documented)" if v == "fails" and documented else "")
+             for v, n in counts.items() if n]
+    return f"{len(verdicts)} claim{'s' * (len(verdicts) != 1)}: {', '.join(parts)}"
+
+
+__all__ = ["KINDS", "Claim", "Verdict", "check", "describe", "interval", "parse_claim", "summary"]
