@@ -4,6 +4,7 @@
 ``fedopt sweep``    expand an experiment (TOML file or built-in name) into runs, execute, store
 ``fedopt report``   tables, PNG figures, fitted slopes and the papers' claims checked (``--csv``: the rows as data)
 ``fedopt store``    the sweeps a store keeps: ``ls``, ``show``, ``rm``
+``fedopt data``     the papers' data sets (MNIST, Fashion-MNIST, a9a) in the cache: ``ls``, ``download NAME``
 ``fedopt list``     algorithms, problems, regularizers, datasets, built-in experiments, backends
 ``fedopt bench``    the standard shapes against their floor; ``--sweep``: runs/s; ``--startup``
 ``fedopt demo``     the linear-speedup sweep on the bundled digits and its report (``--quick``: the tour)
@@ -190,7 +191,7 @@ def _sweep(args) -> int:
     from fedopt.sweep.store import Store
     from fedopt.sweep.validate import estimate, validate
 
-    exp = load_experiment(args.experiment, _assignments(args.set))
+    exp = load_experiment(args.experiment, _assignments(args.set), data=args.data)
     if args.quick:
         exp = exp.shortened(rounds=args.quick_rounds, seeds=1, values=2)
     if args.backend is not None:
@@ -199,7 +200,7 @@ def _sweep(args) -> int:
     specs = exp.expand()
     distinct = len({s.key for s in specs})
     print(f"{exp.name}: {len(specs)} grid points x seeds, {distinct} distinct runs; store {store_path}; "
-          f"executor {args.executor}", flush=True)
+          f"executor {args.executor}\ndata: {exp.data}", flush=True)
     validate(specs)  # bad values stop here, before the store is touched
     if args.dry_run:
         if store_path.exists():
@@ -285,6 +286,24 @@ def _store(args) -> int:
         sweep = store.sweep(args.sweep) if args.sweep else None
         for item in [sweep] if sweep else store.sweeps():
             _show_sweep(store, item)
+    return 0
+
+
+def _data(args) -> int:
+    from fedopt.datasets import catalog
+
+    if args.action == "download":
+        if not args.name:
+            raise ValueError(f"`fedopt data download NAME` needs a name: {', '.join(catalog.PAPER_DATA)}")
+        print(f"{args.name}: in {catalog.download(args.name)}")
+        return 0
+    for row in catalog.status():
+        state = "present" if row["present"] else f"missing {', '.join(row['missing'])}"
+        print(f"{row['name']}: {state} in {row['folder']}\n    {row['description']}; used by "
+              f"{', '.join(row['papers'])}")
+        if not row["present"]:
+            print(f"    to get it: {row['how_to_get']}")
+    print("the built-in experiments run on a paper's data set when its files are present (fedopt sweep --data)")
     return 0
 
 
@@ -425,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="fix a key below [run] for every run (a grid axis on it is dropped), e.g. seeds=[0,1] "
                             "or dataset.name=mnist")
+    sweep.add_argument("--data", choices=["auto", "paper", "embedded"], default="auto",
+                       help="the paper's data set when its files are present (auto, the default; `fedopt data ls`), "
+                            "always (paper) or never (embedded: the experiment's [run.dataset], e.g. digits)")
     sweep.add_argument("--quick", action="store_true", help="a smoke test: 1 seed, 2 values per axis, few rounds")
     sweep.add_argument("--quick-rounds", type=int, default=5, help=argparse.SUPPRESS)
     sweep.add_argument("--report", action="store_true", help="report the experiment when the sweep is done")
@@ -457,6 +479,11 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("store")
     store.add_argument("sweep", nargs="?", help="a sweep id or prefix, or an experiment name (its latest sweep)")
     store.set_defaults(handler=_store)
+
+    data = commands.add_parser("data", help="the papers' data sets in the cache: ls, download NAME")
+    data.add_argument("action", choices=["ls", "download"])
+    data.add_argument("name", nargs="?", help="mnist or fashion_mnist (a9a is downloaded by hand: see ls)")
+    data.set_defaults(handler=_data)
 
     listing = commands.add_parser("list", help="algorithms, problems, regularizers, datasets, experiments, backends")
     listing.set_defaults(handler=_list)

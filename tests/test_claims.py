@@ -87,6 +87,9 @@ def test_order_ratio_difference_and_within():
     estimate = math.exp(np.mean(np.log(HIGH) - np.log(LOW)))
     straddled = claim(kind="ratio", values=["b", "a"], interval=(estimate, 2 * estimate))
     assert C.check([straddled], runs)[0].verdict == "inconclusive"  # the claimed interval cuts the CI
+    with pytest.raises(sweep.ConfigError, match="a ratio claim compares logarithms"):
+        linear = 'kind = "ratio"\ninterval = [0.1, 1.0]\nscale = "linear"'
+        sweep.parse_experiment(CLAIMED.replace('kind = "order"', linear))
     diff = claim(kind="difference", values=["b", "a"], scale="linear", interval=(0.005, 0.02))
     assert C.check([diff], runs)[0].verdict == "holds"
     same = members({("a", 4): LOW, ("b", 4): [x * 1.01 for x in LOW]})

@@ -1,10 +1,15 @@
 """Loaders of real data sets, partitioned among clients. Nothing here touches the network unless asked.
 
 * :func:`load_digits`: scikit-learn's bundled 8x8 digits, the offline default.
-* :func:`load_mnist`: MNIST from the four IDX files of LeCun et al. in a local folder or cache;
-  ``download=True`` fetches ``mnist_784`` from OpenML once and caches it as IDX files.
+* :func:`load_mnist` and :func:`load_fashion_mnist`: MNIST and Fashion-MNIST from the four IDX
+  files in a local folder or the cache (``<cache>/mnist``, ``<cache>/fashion-mnist``);
+  ``download=True`` fetches ``mnist_784`` or ``Fashion-MNIST`` from OpenML once and caches it as IDX files.
+* :func:`load_a9a`: LIBSVM's a9a from ``a9a`` and ``a9a.t`` in a local folder or ``<cache>/a9a``
+  (downloaded once by hand from the LIBSVM page).
 * :func:`load_svmlight`: LIBSVM/svmlight files (a9a, w8a, rcv1, ...), kept sparse.
 
+The cache is :func:`data_home`: ``cache_dir``, else ``$FEDOPT_DATA``, else ``~/.cache/fedopt``;
+:mod:`fedopt.datasets.catalog` lists the papers' data sets and whether they are there.
 :func:`read_idx` and :func:`write_idx` read and write the IDX format itself.
 """
 
@@ -121,16 +126,22 @@ def write_idx(path, array) -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------------------- MNIST
-#: The four files of the official distribution, by role.
+# ------------------------------------------------------------------------ MNIST and Fashion-MNIST
+#: The four files of the official distribution, by role; Fashion-MNIST uses the same names and shapes.
 MNIST_FILES = {
     "train_images": "train-images-idx3-ubyte",
     "train_labels": "train-labels-idx1-ubyte",
     "test_images": "t10k-images-idx3-ubyte",
     "test_labels": "t10k-labels-idx1-ubyte",
 }
-#: OpenML's ``mnist_784`` lists the 60,000 official training images first, then the 10,000 test images.
+#: OpenML's ``mnist_784`` and ``Fashion-MNIST`` list the 60,000 official training images first,
+#: then the 10,000 test images.
 _MNIST_TRAIN_SIZE = 60_000
+#: The IDX image sets, by name: their title in messages, their folder in the cache, their OpenML name.
+_IDX_SETS = {
+    "mnist": ("MNIST", "mnist", "mnist_784"),
+    "fashion_mnist": ("Fashion-MNIST", "fashion-mnist", "Fashion-MNIST"),
+}
 
 
 def data_home(cache_dir=None) -> Path:
@@ -176,22 +187,93 @@ def load_mnist(path=None, n_clients: int = 10, partition: str = "sorted", *, see
     ValueError
         When a file is not IDX or the files do not fit together.
     """
+    return _load_idx_set("mnist", path, n_clients, partition, seed=seed, dtype=dtype, cache_dir=cache_dir,
+                         download=download, **partition_options)
+
+
+def load_fashion_mnist(path=None, n_clients: int = 10, partition: str = "sorted", *, seed=0, dtype="uint8",
+                       cache_dir=None, download: bool = False, **partition_options):
+    """Fashion-MNIST (Xiao et al. 2017; 60,000 training and 10,000 test images of 28x28 pixels, 10 classes), federated.
+
+    The same four IDX files, shapes and storage as MNIST, with clothing in place of digits.
+
+    Parameters
+    ----------
+    path : str, Path or None
+        Folder holding ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+        ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``, each optionally gzipped
+        (``.gz``), as distributed by Zalando Research. None looks in ``<cache>/fashion-mnist``.
+    n_clients : int
+    partition : str
+        The scheme of :func:`fedopt.datasets.partition` (``"sorted"`` by default); the official
+        test images become the test split, unchanged.
+    seed : int, Generator or None
+        Seeds the partition.
+    dtype : {"uint8", "float32", "float64"}
+        As for :func:`load_mnist`: raw pixels with ``scale=1/255``, or pixels divided by 255.
+    cache_dir : str, Path or None
+        The cache root (default ``$FEDOPT_DATA``, else ``~/.cache/fedopt``).
+    download : bool
+        Only when True and the files are missing: fetch ``Fashion-MNIST`` from OpenML through
+        :func:`sklearn.datasets.fetch_openml` and save it into the folder as gzipped IDX files, once.
+    **partition_options
+        Passed to :func:`fedopt.datasets.partition`; the name defaults to
+        ``fashion_mnist/{partition}/{n_clients}``.
+
+    Raises
+    ------
+    FileNotFoundError
+        When files are missing and ``download`` is False; the message says where to put them.
+    ValueError
+        When a file is not IDX or the files do not fit together.
+    """
+    return _load_idx_set("fashion_mnist", path, n_clients, partition, seed=seed, dtype=dtype,
+                         cache_dir=cache_dir, download=download, **partition_options)
+
+
+def _load_idx_set(kind: str, path, n_clients: int, partition: str, *, seed, dtype, cache_dir, download: bool,
+                  **partition_options):
+    """The IDX image set ``kind`` of :data:`_IDX_SETS`, federated; see :func:`load_mnist`."""
     store, scale = _pixel_storage(dtype)
-    folder = Path(path).expanduser() if path is not None else data_home(cache_dir) / "mnist"
-    files, missing = _find_mnist_files(folder)
-    if missing:
-        if not download:
-            raise FileNotFoundError(
-                f"MNIST files {', '.join(missing)} (optionally .gz) are missing from {folder}; put the four IDX "
-                "files there, pass path= to the folder that holds them, or pass download=True to fetch "
-                "them once from OpenML")
-        files = _download_mnist(folder, data_home(cache_dir))
+    files = _idx_set_files(kind, path, cache_dir, download)
     arrays = {role: read_idx(file) for role, file in files.items()}
-    X, y, X_test, y_test = _check_mnist(arrays, files)
-    partition_options.setdefault("name", f"mnist/{partition}/{n_clients}")
+    X, y, X_test, y_test = _check_idx_set(arrays, files)
+    partition_options.setdefault("name", f"{kind}/{partition}/{n_clients}")
     return split_among_clients(_as_pixels(X, store), y, n_clients, partition, seed=seed,
                                 test=(_as_pixels(X_test, store), y_test), dtype=store, scale=scale,
                                 **partition_options)
+
+
+def _idx_set_files(kind: str, path=None, cache_dir=None, download: bool = False) -> dict:
+    """``{role: file}`` of the IDX set ``kind`` in ``path`` (or its cache folder), fetched first when
+    missing and ``download``; else a FileNotFoundError that says how to get them."""
+    title, subfolder, _ = _IDX_SETS[kind]
+    folder = Path(path).expanduser() if path is not None else data_home(cache_dir) / subfolder
+    files, missing = _find_files(folder, MNIST_FILES)
+    if not missing:
+        return files
+    if not download:
+        raise FileNotFoundError(
+            f"{title} files {', '.join(missing)} (optionally .gz) are missing from {folder}; put the four IDX "
+            "files there, pass path= to the folder that holds them, or pass download=True to fetch "
+            f"them once from OpenML (or run `fedopt data download {kind}` to fill the cache)")
+    return _download_idx_set(kind, folder, data_home(cache_dir))
+
+
+def _find_files(folder: Path, names: dict, suffixes=("", ".gz")) -> tuple[dict, list]:
+    """``({role: file}, [missing names])`` for the files ``names`` (by role) in ``folder``; each file
+    may end in one of ``suffixes``, and be named with a dot before ``idx`` as some mirrors do
+    (``train-images.idx3-ubyte``). Only checks that the files exist."""
+    found, missing = {}, []
+    for role, name in names.items():
+        variants = dict.fromkeys((name, name.replace("-idx", ".idx")))
+        candidates = [folder / (variant + suffix) for variant in variants for suffix in suffixes]
+        file = next((c for c in candidates if c.is_file()), None)
+        if file is None:
+            missing.append(name)
+        else:
+            found[role] = file
+    return found, missing
 
 
 def _pixel_storage(dtype) -> tuple[np.dtype, float]:
@@ -213,22 +295,7 @@ def _as_pixels(images: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return rows if dtype == np.uint8 else rows.astype(dtype) / dtype.type(255)
 
 
-def _find_mnist_files(folder: Path) -> tuple[dict, list]:
-    """``({role: file}, [missing names])``; each file may be plain or ``.gz``, and named with a dot
-    before ``idx`` as some mirrors do (``train-images.idx3-ubyte``)."""
-    found, missing = {}, []
-    for role, name in MNIST_FILES.items():
-        variants = (name, name.replace("-idx", ".idx"))
-        candidates = [folder / (variant + suffix) for variant in variants for suffix in ("", ".gz")]
-        file = next((c for c in candidates if c.is_file()), None)
-        if file is None:
-            missing.append(name)
-        else:
-            found[role] = file
-    return found, missing
-
-
-def _check_mnist(arrays: dict, files: dict):
+def _check_idx_set(arrays: dict, files: dict):
     """The four arrays, checked to be uint8 images ``(n, rows, cols)`` with one uint8 label each."""
     for kind in ("train", "test"):
         images, labels = arrays[f"{kind}_images"], arrays[f"{kind}_labels"]
@@ -247,18 +314,24 @@ def _check_mnist(arrays: dict, files: dict):
     return arrays["train_images"], arrays["train_labels"], arrays["test_images"], arrays["test_labels"]
 
 
-def _download_mnist(folder: Path, cache_root: Path) -> dict:
-    """Fetch ``mnist_784`` from OpenML (raw download cached under ``cache_root``) and save it as gzipped IDX."""
+def _download_idx_set(kind: str, folder: Path, cache_root: Path) -> dict:
+    """Fetch the IDX set ``kind`` from OpenML (raw download cached under ``cache_root``) and save it
+    into ``folder`` as gzipped IDX files; ``{role: file}``."""
     from sklearn.datasets import fetch_openml
 
-    # OpenML serves mnist_784 as dense ARFF: scikit-learn's "pandas" parser is the fast one, and
+    title, _, openml_name = _IDX_SETS[kind]
+    # OpenML serves both sets as dense ARFF: scikit-learn's "pandas" parser is the fast one, and
     # "liac-arff" (slower, pure Python) needs no pandas.
     parser = "pandas" if importlib.util.find_spec("pandas") is not None else "liac-arff"
-    data = fetch_openml("mnist_784", version=1, as_frame=False, parser=parser, data_home=str(cache_root))
+    data = fetch_openml(openml_name, version=1, as_frame=False, parser=parser, data_home=str(cache_root))
     pixels = np.clip(np.rint(np.asarray(data.data, dtype=np.float64)), 0, 255).astype(np.uint8)
+    n = _MNIST_TRAIN_SIZE
+    if pixels.ndim != 2 or pixels.shape[1] != 28 * 28 or len(pixels) <= n:
+        raise ValueError(f"OpenML's {openml_name!r} holds {pixels.shape} values, not {title}'s {n} training "
+                         "and then the test images of 28x28 pixels; put the four IDX files into "
+                         f"{folder} by hand instead")
     images = pixels.reshape(len(pixels), 28, 28)
     labels = np.asarray(data.target).astype(np.int64).astype(np.uint8)
-    n = _MNIST_TRAIN_SIZE
     arrays = {"train_images": images[:n], "train_labels": labels[:n],
               "test_images": images[n:], "test_labels": labels[n:]}
     folder.mkdir(parents=True, exist_ok=True)
@@ -309,3 +382,71 @@ def load_svmlight(path, n_clients: int = 10, partition: str = "iid", *, test_pat
         test = (X_test.toarray() if dense else X_test, y_test)
     partition_options.setdefault("name", f"{Path(path).name}/{partition}/{n_clients}")
     return split_among_clients(X, y, n_clients, partition, seed=seed, test=test, **partition_options)
+
+
+# ------------------------------------------------------------------------------------------ a9a
+#: LIBSVM's a9a (the Adult census data, binarised): its training and test files, by role.
+A9A_FILES = {"train": "a9a", "test": "a9a.t"}
+#: The number of features of a9a; ``a9a.t`` never uses the last one.
+A9A_FEATURES = 123
+#: Where LIBSVM publishes a9a and a9a.t.
+A9A_URL = "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html#a9a"
+
+
+def load_a9a(path=None, n_clients: int = 10, partition: str = "iid", *, seed=0, dense: bool = True,
+             cache_dir=None, download: bool = False, **partition_options):
+    """LIBSVM's a9a (32,561 training and 16,281 test rows, 123 binary features, labels -1/+1), federated.
+
+    The labels become the two classes ``[-1, 1]`` with codes 0/1, as
+    :class:`fedopt.problems.Logistic` expects (+1 the positive class).
+
+    Parameters
+    ----------
+    path : str, Path or None
+        Folder holding ``a9a`` and ``a9a.t`` (each optionally ``.gz`` or ``.bz2``), as published on
+        LIBSVM's binary-classification page. None looks in ``<cache>/a9a``.
+    n_clients : int
+    partition : str
+        The scheme of :func:`fedopt.datasets.partition`; ``"iid"`` by default. ``a9a.t`` becomes
+        the test split, unchanged.
+    seed : int, Generator or None
+        Seeds the partition.
+    dense : bool
+        Store the features as a dense float64 array (about 30 MB) rather than CSR.
+    cache_dir : str, Path or None
+        The cache root (default ``$FEDOPT_DATA``, else ``~/.cache/fedopt``).
+    download : bool
+        a9a cannot be fetched automatically (OpenML does not serve LIBSVM's files): with True and
+        files missing, the error spells out the one-time manual download.
+    **partition_options
+        Passed to :func:`fedopt.datasets.partition`; the name defaults to ``a9a/{partition}/{n_clients}``.
+
+    Raises
+    ------
+    FileNotFoundError
+        When a file is missing; the message says where to get it and where to put it.
+    ValueError
+        When the files hold other than 123 features or labels other than two classes.
+    """
+    files = _a9a_files(path, cache_dir, download)
+    partition_options.setdefault("name", f"a9a/{partition}/{n_clients}")
+    ds = load_svmlight(files["train"], n_clients, partition, test_path=files["test"], n_features=A9A_FEATURES,
+                       dense=dense, zero_based=False, seed=seed, **partition_options)
+    if ds.n_classes != 2:
+        raise ValueError(f"{files['train']} holds {ds.n_classes} distinct labels, a9a has two (-1/+1); "
+                         "the file is not a9a")
+    return ds
+
+
+def _a9a_files(path=None, cache_dir=None, download: bool = False) -> dict:
+    """``{role: file}`` of a9a in ``path`` (or ``<cache>/a9a``); else a FileNotFoundError with the manual step."""
+    folder = Path(path).expanduser() if path is not None else data_home(cache_dir) / "a9a"
+    files, missing = _find_files(folder, A9A_FILES, ("", ".gz", ".bz2"))
+    if not missing:
+        return files
+    lead = ("a9a cannot be downloaded automatically (OpenML does not serve LIBSVM's a9a files); "
+            if download else "")
+    raise FileNotFoundError(
+        f"{lead}a9a files {', '.join(missing)} (optionally .gz or .bz2) are missing from {folder}; download "
+        f"a9a and a9a.t once from LIBSVM's binary-classification data page ({A9A_URL}) into that folder, "
+        "or pass path= to the folder that holds them")

@@ -32,5 +32,5 @@ from fedopt.sweep.store import Store, StoreError
 from fedopt.sweep.validate import estimate, validate
 
 __all__ = ["ConfigError", "Experiment", "RunSpec", "Store", "StoreError", "SweepInterrupted", "SweepSummary",
-           "builtin_experiments", "check_claims", "estimate", "evaluate_expression", "execute_run", "export", "fit_slope",
-           "load_experiment", "parse_experiment", "report", "run_sweep", "validate"]
+           "builtin_experiments", "check_claims", "estimate", "evaluate_expression", "execute_run", "export",
+           "fit_slope", "load_experiment", "parse_experiment", "report", "run_sweep", "validate"]

@@ -17,8 +17,8 @@ An experiment file has three kinds of tables::
     divergence = { objective_factor = 1e4 }   # optional: when a run stops as diverged (false: only NaN/inf)
 
     [run.dataset]                # a loader of fedopt.datasets and its options
-    name = "digits"              # digits, mnist, svmlight, sparse_regression, classification,
-    partition = "sorted"         # fedprox_synthetic, mnist_like
+    name = "digits"              # digits, mnist, fashion_mnist, a9a, svmlight, sparse_regression,
+    partition = "sorted"         # classification, fedprox_synthetic, mnist_like
     n_clients = 20
     seed = 0                     # the partition's seed: the same partition in every trial
 
@@ -39,6 +39,10 @@ An experiment file has three kinds of tables::
 
     [run.algorithm.fedcanon]     # optional: hyperparameters for one method only (override the shared ones)
     lr_server = 1.0
+
+    [paper_data]                 # optional: the paper's data set, used when its files are present
+    name = "mnist"               # mnist, fashion_mnist or a9a (fedopt.datasets.catalog)
+    "problem.name" = "logistic"  # optional: what changes with it (paths below [run])
 
     [[grid]]                     # one figure: the product of its axes (a list each), times the seeds
     name = "speedup-n"
@@ -128,7 +132,8 @@ class ConfigError(ValueError):
 def _datasets() -> dict:
     from fedopt import datasets as D
 
-    return {"digits": D.load_digits, "mnist": D.load_mnist, "svmlight": D.load_svmlight,
+    return {"digits": D.load_digits, "mnist": D.load_mnist, "fashion_mnist": D.load_fashion_mnist,
+            "a9a": D.load_a9a, "svmlight": D.load_svmlight,
             "sparse_regression": D.make_sparse_regression, "classification": D.make_classification,
             "fedprox_synthetic": D.make_fedprox_synthetic, "mnist_like": D.make_mnist_like}
 
@@ -367,6 +372,10 @@ class Experiment:
     origins: dict = field(default_factory=dict)
     #: The paper's claims, checked against a sweep by :mod:`fedopt.sweep.claims`.
     claims: list = field(default_factory=list)
+    #: The ``[paper_data]`` table: the paper's data set and what changes with it (None: no such table).
+    paper_data: dict | None = None
+    #: Which data the runs use, in words (printed by ``fedopt sweep``, kept with the sweep).
+    data: str = ""
 
     # ------------------------------------------------------------------ errors with lines
     def error(self, message: str, path: str | None = None) -> ConfigError:
@@ -616,6 +625,37 @@ class Experiment:
             raise self.error(str(err), path) from None
 
     # ------------------------------------------------------------------ variants
+    def with_data(self, choice: str = "auto", cache_dir=None) -> Experiment:
+        """The experiment on the paper's data (``[paper_data]``) or on the data of ``[run.dataset]``.
+
+        ``choice``: ``"auto"`` takes the paper's data when its files are present (``fedopt data
+        ls``), ``"paper"`` always (a run fails with the download instruction when they are
+        missing), ``"embedded"`` never. Options of ``[run.dataset]`` that the paper's loader lacks
+        are dropped; the other keys of ``[paper_data]`` (paths below ``[run]``) are applied.
+        """
+        from fedopt.datasets import catalog
+
+        if choice not in ("auto", "paper", "embedded"):
+            raise ConfigError(f"--data must be auto, paper or embedded, got {choice!r}")
+        if self.paper_data is None or choice == "embedded":
+            exp = copy.deepcopy(self)
+            exp.data = _data_text(exp, "as asked" if self.paper_data and choice == "embedded" else None)
+            return exp
+        name = self.paper_data["name"]
+        if choice == "auto" and not catalog.present(name, cache_dir=cache_dir):
+            exp = copy.deepcopy(self)
+            exp.data = _data_text(exp, f"its files are not in {catalog.folder(name, cache_dir)}: `fedopt data ls`")
+            return exp
+        exp = copy.deepcopy(self)
+        accepted = _dataset_options(name)
+        dataset = {k: v for k, v in exp.run.get("dataset", {}).items() if k in accepted and k != "name"}
+        exp.run["dataset"] = {"name": name, **dataset}
+        for key, value in self.paper_data.items():
+            if key != "name":
+                _assign(exp.run, key, value)
+        exp.data = _data_text(exp)
+        return exp
+
     def override(self, assignments: dict, origin: str = "--set") -> Experiment:
         """A copy with ``{path: value}`` fixed everywhere (paths below ``[run]``; grid axes on them are dropped).
 
@@ -745,9 +785,9 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
     lines = key_lines(text)
     exp = Experiment(name=name or "experiment", run={}, seeds=[0], grids=[], source=source, text=text, lines=lines)
     for table in data:
-        if table not in ("experiment", "run", "grid", "claim"):
-            raise exp.error("unknown table; an experiment has [experiment], [run], [[grid]] and [[claim]] tables",
-                            table)
+        if table not in ("experiment", "run", "grid", "claim", "paper_data"):
+            raise exp.error("unknown table; an experiment has [experiment], [run], [paper_data], [[grid]] and "
+                            "[[claim]] tables", table)
     meta = data.get("experiment", {})
     for key, value in meta.items():
         if key not in EXPERIMENT_KEYS:
@@ -773,6 +813,8 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
                             f"[run.{'], [run.'.join(SECTIONS)}]", f"run.{key}")
     exp.seeds = _check_seeds(run.pop("seeds", [0]), exp, "run.seeds")
     exp.run = run
+    exp.paper_data = _paper_data(data.get("paper_data"), exp)
+    exp.data = _data_text(exp)
     grids = data.get("grid", [])
     if isinstance(grids, dict):
         raise exp.error("write [[grid]] (an array of tables), not [grid]", "grid")
@@ -888,13 +930,44 @@ def _param_path(exp, param):
     return f"run.params.{param}"
 
 
+def _paper_data(table, exp: Experiment) -> dict | None:
+    """The validated ``[paper_data]`` table: ``name`` (a data set of :mod:`fedopt.datasets.catalog`) and
+    paths below ``[run]``."""
+    from fedopt.datasets.catalog import PAPER_DATA
+
+    if table is None:
+        return None
+    if table.get("name") not in PAPER_DATA:
+        raise exp.error(f"the paper's data set: one of {', '.join(PAPER_DATA)}, got {table.get('name')!r}",
+                        "paper_data.name")
+    for key in table:
+        if key != "name":
+            _check_path(key, exp, f"paper_data.{key}")
+    return dict(table)
+
+
+def _data_text(exp: Experiment, why_not: str | None = None) -> str:
+    """``mnist (the paper's data)``, or ``digits (embedded; the paper used mnist: ...)``."""
+    dataset = exp.run.get("dataset")
+    if not dataset:
+        return "no data set (a synthetic operator)"
+    name = dataset.get("name", "?")
+    paper = (exp.paper_data or {}).get("name")
+    if paper is None:
+        return name
+    if name == paper:
+        return f"{name} (the paper's data)"
+    return f"{name} (not the paper's: it used {paper}; {why_not or 'fedopt sweep --data paper runs on it'})"
+
+
 def builtin_experiments() -> dict[str, Path]:
     """``{name: path}`` of the experiments shipped in ``fedopt/experiments``."""
     return {path.stem: path for path in sorted(BUILTIN_DIR.glob("*.toml"))}
 
 
-def load_experiment(name_or_path, overrides: dict | None = None) -> Experiment:
-    """The experiment in a TOML file, or the built-in one of that name; ``overrides`` as in
+def load_experiment(name_or_path, overrides: dict | None = None, data: str = "auto") -> Experiment:
+    """The experiment in a TOML file, or the built-in one of that name, on the data ``data`` chooses
+    (:meth:`Experiment.with_data`: by default the paper's when present); ``overrides`` as in
     :meth:`Experiment.override`."""
     path = Path(name_or_path)
     builtin = builtin_experiments()
@@ -904,10 +977,12 @@ def load_experiment(name_or_path, overrides: dict | None = None) -> Experiment:
             raise ConfigError(f"{name_or_path!r} is neither a TOML file nor a built-in experiment; the built-in "
                               f"ones are {', '.join(builtin)}")
         path = builtin[key]
-    exp = parse_experiment(path.read_text(encoding="utf-8"), source=str(path), name=path.stem)
+    exp = parse_experiment(path.read_text(encoding="utf-8"), source=str(path), name=path.stem).with_data(data)
     if overrides:
         exp = exp.override(overrides)
         exp.expand()
+        if any(key == "dataset" or key.startswith("dataset.") for key in overrides):
+            exp.data = _data_text(exp, "--set changed the data set")
     return exp
 
 

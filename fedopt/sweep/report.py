@@ -389,6 +389,8 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
         f"{len(members)} grid points x seeds, {distinct} distinct runs"
     say(f"== {item['experiment']}: {meta.get('title') or ''} ({size})")
     say(f"   {provenance_line(item)}")
+    if meta.get("data"):
+        say(f"   data: {meta['data']}")
     others = [s for s in siblings if s["id"] != item["id"]]
     if others:
         say(f"   {len(others)} other sweep{'s' * (len(others) != 1)} of {item['experiment']} in this store "

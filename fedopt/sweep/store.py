@@ -448,6 +448,7 @@ class Store:
         sweep = _sweep_id(experiment.name, [row[:3] for row in rows])
         now = time.time()
         meta = {"title": experiment.title, "description": experiment.description, "paper": experiment.paper,
+                "data": getattr(experiment, "data", ""),
                 "from_paper": experiment.from_paper, "defaults": experiment.defaults,
                 "grids": [{"name": g.name, "title": g.title, "axes": g.axes, "varied": g.varied, "lines": g.lines,
                            "slope": g.slope, "paper_slope": g.paper_slope, "predicted_slope": g.predicted_slope,
