@@ -8,25 +8,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file
+from test_loaders import write_mnist
 
 from fedopt.datasets import PAPER_DATA, catalog, load_a9a, load_fashion_mnist, load_mnist, loaders
-from fedopt.datasets.loaders import A9A_FILES, MNIST_FILES, write_idx
+from fedopt.datasets.loaders import A9A_FILES, MNIST_FILES
 from fedopt.problems import Logistic
 
 
 def write_fashion(folder, suffix="", n_train=20, n_test=10, seed=0):
-    """Four small Fashion-MNIST files in ``folder``: random 28x28 images, labels 0..9 in turn."""
-    rng = np.random.default_rng(seed)
-    arrays = {
-        "train_images": rng.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
-        "train_labels": (np.arange(n_train) % 10).astype(np.uint8),
-        "test_images": rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
-        "test_labels": rng.integers(0, 10, n_test).astype(np.uint8),
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    for role, array in arrays.items():
-        write_idx(folder / (MNIST_FILES[role] + suffix), array)
-    return arrays
+    """Four small Fashion-MNIST files in ``folder`` (the MNIST format): random 28x28 images."""
+    return write_mnist(folder, suffix, n_train=n_train, n_test=n_test, seed=seed)
 
 
 def write_a9a(folder, n_train=12, n_test=6, seed=0, suffix=""):
