@@ -120,17 +120,8 @@ def missing(name: str, path=None, cache_dir=None) -> list[str]:
 
 
 def present(name: str, path=None, cache_dir=None) -> bool:
-    """Whether every file of data set ``name`` exists in ``path`` (default: its cache folder); reads nothing.
-
-    Parameters
-    ----------
-    name : str
-        A key of :data:`PAPER_DATA`.
-    path : str, Path or None
-        A folder to check instead of the cache folder.
-    cache_dir : str, Path or None
-        The cache root.
-    """
+    """Whether every file of data set ``name`` exists in ``path`` (default: its cache folder); reads
+    nothing. The parameters are those of :func:`missing`."""
     return not missing(name, path, cache_dir)
 
 

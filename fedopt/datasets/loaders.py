@@ -195,37 +195,9 @@ def load_fashion_mnist(path=None, n_clients: int = 10, partition: str = "sorted"
                        cache_dir=None, download: bool = False, **partition_options):
     """Fashion-MNIST (Xiao et al. 2017; 60,000 training and 10,000 test images of 28x28 pixels, 10 classes), federated.
 
-    The same four IDX files, shapes and storage as MNIST, with clothing in place of digits.
-
-    Parameters
-    ----------
-    path : str, Path or None
-        Folder holding ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-        ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``, each optionally gzipped
-        (``.gz``), as distributed by Zalando Research. None looks in ``<cache>/fashion-mnist``.
-    n_clients : int
-    partition : str
-        The scheme of :func:`fedopt.datasets.partition` (``"sorted"`` by default); the official
-        test images become the test split, unchanged.
-    seed : int, Generator or None
-        Seeds the partition.
-    dtype : {"uint8", "float32", "float64"}
-        As for :func:`load_mnist`: raw pixels with ``scale=1/255``, or pixels divided by 255.
-    cache_dir : str, Path or None
-        The cache root (default ``$FEDOPT_DATA``, else ``~/.cache/fedopt``).
-    download : bool
-        Only when True and the files are missing: fetch ``Fashion-MNIST`` from OpenML through
-        :func:`sklearn.datasets.fetch_openml` and save it into the folder as gzipped IDX files, once.
-    **partition_options
-        Passed to :func:`fedopt.datasets.partition`; the name defaults to
-        ``fashion_mnist/{partition}/{n_clients}``.
-
-    Raises
-    ------
-    FileNotFoundError
-        When files are missing and ``download`` is False; the message says where to put them.
-    ValueError
-        When a file is not IDX or the files do not fit together.
+    The same four IDX files, shapes, storage and parameters as :func:`load_mnist`, with clothing in
+    place of digits: ``path=None`` looks in ``<cache>/fashion-mnist``, ``download=True`` fetches
+    ``Fashion-MNIST`` from OpenML once, and the name defaults to ``fashion_mnist/{partition}/{n_clients}``.
     """
     return _load_idx_set("fashion_mnist", path, n_clients, partition, seed=seed, dtype=dtype,
                          cache_dir=cache_dir, download=download, **partition_options)

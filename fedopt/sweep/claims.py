@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedopt.sweep.report import _final, _fmt, _short, fit_slope
+
 KINDS = ("best", "order", "slope", "ratio", "difference", "within")
 VERDICTS = ("holds", "fails", "inconclusive")
 #: Metrics compared as logarithms by default (positive, spanning orders of magnitude).
@@ -233,10 +235,6 @@ def _interval(pair) -> str:
     return f"[{pair[0]:g}, {pair[1]:g}]"
 
 
-def _fmt(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 # --------------------------------------------------------------------------------------- checking
 def check(claims, members, caution: str | None = None) -> list[Verdict]:
     """The :class:`Verdict` of each claim (a :class:`Claim` or its dict) on the runs ``members`` of a sweep
@@ -257,9 +255,11 @@ def _selected(labels: dict, where: dict) -> bool:
 def _check(claim: Claim, runs) -> tuple[str, list]:
     if not runs:
         return "inconclusive", ["no runs of this grid in the sweep"]
-    varied = sorted({k for m in runs for k in m["labels"] if k != "seed"
-                     and len({json.dumps(r["labels"].get(k)) for r in runs}) > 1})
-    others = [k for k in varied if k != claim.axis]
+    seen: dict = {}
+    for m in runs:
+        for key, value in m["labels"].items():
+            seen.setdefault(key, set()).add(json.dumps(value))
+    others = sorted(k for k, values in seen.items() if len(values) > 1 and k not in ("seed", claim.axis))
     settings: dict = {}
     for m in runs:
         setting = json.dumps({k: m["labels"].get(k) for k in others}, sort_keys=True)
@@ -281,24 +281,15 @@ def _combine(verdicts) -> str:
     return "holds" if verdicts and all(v == "holds" for v in verdicts) else "inconclusive"
 
 
-def _short(key: str) -> str:
-    parts = key.split(".")
-    return parts[0] if parts[-1] == "name" and len(parts) == 2 else parts[-1]
-
-
 def _value(run, claim: Claim):
     """The run's metric at the claim's round (the last evaluated one by default), or None."""
-    history = run.get("history") or {}
-    column = history.get(claim.metric)
-    if not column:
-        return None
     if claim.at is None:
-        value = column[-1]
-    else:
-        rounds = history.get("round") or []
-        if claim.at not in rounds:
-            return None
-        value = column[rounds.index(claim.at)]
+        return _final(run, claim.metric)
+    history = run.get("history") or {}
+    rounds, column = history.get("round") or [], history.get(claim.metric)
+    if not column or claim.at not in rounds:
+        return None
+    value = column[rounds.index(claim.at)]
     return value if value is not None and math.isfinite(value) else None
 
 
@@ -411,8 +402,6 @@ def _pair_verdict(claim: Claim, low: float, high: float) -> str:
 
 def _check_slope(claim: Claim, groups: dict) -> tuple[str, str]:
     """A slope claim in one setting: the fitted slope's 95 % interval against the claimed interval."""
-    from fedopt.sweep.report import fit_slope
-
     points, left = [], 0
     for x, runs in groups.items():
         values, diverged, other = _seeds(claim, runs)

@@ -637,23 +637,23 @@ class Experiment:
 
         if choice not in ("auto", "paper", "embedded"):
             raise ConfigError(f"--data must be auto, paper or embedded, got {choice!r}")
-        if self.paper_data is None or choice == "embedded":
-            exp = copy.deepcopy(self)
-            exp.data = _data_text(exp, "as asked" if self.paper_data and choice == "embedded" else None)
+        exp = copy.deepcopy(self)
+        if self.paper_data is None:
             return exp
         name = self.paper_data["name"]
-        if choice == "auto" and not catalog.present(name, cache_dir=cache_dir):
-            exp = copy.deepcopy(self)
-            exp.data = _data_text(exp, f"its files are not in {catalog.folder(name, cache_dir)}: `fedopt data ls`")
-            return exp
-        exp = copy.deepcopy(self)
-        accepted = _dataset_options(name)
-        dataset = {k: v for k, v in exp.run.get("dataset", {}).items() if k in accepted and k != "name"}
-        exp.run["dataset"] = {"name": name, **dataset}
-        for key, value in self.paper_data.items():
-            if key != "name":
-                _assign(exp.run, key, value)
-        exp.data = _data_text(exp)
+        why_not = None
+        if choice == "embedded":
+            why_not = "the embedded data as asked (--data embedded)"
+        elif choice == "auto" and not catalog.present(name, cache_dir=cache_dir):
+            why_not = f"its files are not in {catalog.folder(name, cache_dir)}: `fedopt data ls`"
+        if why_not is None:
+            accepted = _dataset_options(name)
+            dataset = {k: v for k, v in exp.run.get("dataset", {}).items() if k in accepted and k != "name"}
+            exp.run["dataset"] = {"name": name, **dataset}
+            for key, value in self.paper_data.items():
+                if key != "name":
+                    _assign(exp.run, key, value)
+        exp.data = _data_text(exp, why_not)
         return exp
 
     def override(self, assignments: dict, origin: str = "--set") -> Experiment:
@@ -947,7 +947,7 @@ def _paper_data(table, exp: Experiment) -> dict | None:
 
 
 def _data_text(exp: Experiment, why_not: str | None = None) -> str:
-    """``mnist (the paper's data)``, or ``digits (embedded; the paper used mnist: ...)``."""
+    """``mnist (the paper's data)``, or ``digits (not the paper's: it used mnist; why_not)``."""
     dataset = exp.run.get("dataset")
     if not dataset:
         return "no data set (a synthetic operator)"

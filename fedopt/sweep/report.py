@@ -58,8 +58,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fedopt.sweep.claims import check, summary
-
 PLOT_HINT = "matplotlib is not installed, so no PNG figures: pip install 'fedopt[plot]'"
 #: Overrides that do not change what a run computes (where it ran), so leave a sweep comparable to the paper.
 NEUTRAL_OVERRIDES = ("backend",)
@@ -167,13 +165,13 @@ def _comparable(overrides: dict) -> bool:
     return all(key in NEUTRAL_OVERRIDES for key in overrides)
 
 
-def _caution(overrides: dict) -> str | None:
+def _caution(overrides: dict, subject: str = "the paper's grid") -> str | None:
     if _comparable(overrides):
         return None
     if "unrecorded" in overrides:
-        return "the paper's grid; this sweep's overrides were not recorded: compare with care"
+        return f"{subject}; this sweep's overrides were not recorded: compare with care"
     changed = {k: v for k, v in overrides.items() if k not in NEUTRAL_OVERRIDES}
-    return f"the paper's grid; this sweep overrides {overrides_text(changed)}: not comparable"
+    return f"{subject}; this sweep overrides {overrides_text(changed)}: not comparable"
 
 
 def _date(seconds) -> str:
@@ -429,7 +427,9 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
         first = failed[0]["error"].strip().splitlines()[-1] if failed[0]["error"] else "?"
         say(f"   {len(failed)} failed runs; the first: {first}")
     if meta.get("claims"):
-        verdicts = check_claims(db, item["id"])
+        from fedopt.sweep.claims import summary
+
+        verdicts = _verdicts(item, members)
         result["claims"] += verdicts
         say(f"-- the paper's claims ({summary(verdicts)})")
         for verdict in verdicts:
@@ -449,15 +449,17 @@ def check_claims(store, sweep: str) -> list:
     db = Store(store, readonly=True) if own else store
     try:
         item = db.sweep(sweep)
-        claims = item["meta"].get("claims")
-        if not claims:
-            return []
-        caution = _caution(item.get("overrides") or {})
-        return check(claims, db.members(item["id"]), caution and caution.replace("the paper's grid",
-                                                                                  "the paper's setting"))
+        return _verdicts(item, db.members(item["id"])) if item["meta"].get("claims") else []
     finally:
         if own:
             db.close()
+
+
+def _verdicts(item, members) -> list:
+    """The claims of the sweep ``item`` checked on its runs, cautioned when the sweep has overrides."""
+    from fedopt.sweep.claims import check
+
+    return check(item["meta"]["claims"], members, _caution(item.get("overrides") or {}, "the paper's setting"))
 
 
 def _write_csv(path, rows, columns=None):
