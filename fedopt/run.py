@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from fedopt import algorithms
-from fedopt.algorithms.base import Algorithm, State
+from fedopt.algorithms.base import Algorithm, Start, State
 
 COLUMNS = ("round", "stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
            "prox_evals", "floats_up", "floats_down", "seconds")
@@ -204,7 +204,9 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     eval_every : int
         Evaluate the metrics every this many rounds (and always at round 0 and at the end).
     x0 : array or None
-        The initial model (default ``problem.init(seed)``).
+        The initial weights ``w_0`` (default ``problem.init(seed)``). Every method reports the same
+        model ``x_0 = prox_{metric_gamma phi}(w_0)`` at round 0: normal-map methods start from the
+        pre-prox point whose prox with their own parameter is ``x_0`` (see :class:`~fedopt.algorithms.base.Start`).
     metric_gamma : float or None
         The prox parameter of the stationarity measures; default the method's ``gamma`` when it
         has one, else 1. Pass the same value to compare methods.
@@ -247,8 +249,9 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     regularizer.check_step(gamma, "metric_gamma")
     if x0 is None:
         x0 = problem.init(seed)
+    start = Start.prox_of(regularizer, problem.backend.asarray(x0, dtype=problem.dtype), gamma)
     rng = np.random.default_rng(seed)
-    state = method.init(problem, regularizer, rng, x0)
+    state = method.init(problem, regularizer, rng, start)
     history = History(COLUMNS + tuple(c for c in method.extra_columns if c not in COLUMNS))
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     clock = {"start": time.perf_counter(), "evaluating": 0.0}

@@ -6,6 +6,8 @@ from sklearn.linear_model import Lasso, LogisticRegression
 
 import fedopt
 from fedopt import algorithms
+from fedopt import regularizers as R
+from fedopt.algorithms import Start
 from fedopt.datasets import partition
 from fedopt.problems import LeastSquares, Logistic
 from fedopt.regularizers import L1, MCP, ElasticNet, Zero
@@ -104,6 +106,39 @@ def test_fednmap_reaches_the_scikit_learn_l1_logistic_regression():
     result = fedopt.run("fednmap", problem, L1(lam), rounds=2000, local_steps=4, lr_local=0.5, gamma=2.0,
                         batch_size=None, eval_every=1000)
     np.testing.assert_allclose(result.x, expected, atol=1e-8)
+
+
+START_REGULARIZERS = [R.L1(0.3), R.ElasticNet(0.3, 0.5), R.GroupLasso(0.4, groups=3), R.Box(-0.2, 0.3),
+                      R.L2Ball(0.5), R.L1Ball(0.5), R.Simplex(), R.MCP(0.4, 3.0), R.SCAD(0.4, 3.7),
+                      R.Nuclear(0.3, shape=(3, 4))]
+
+
+@pytest.mark.parametrize("reg", START_REGULARIZERS, ids=lambda r: r.name)
+def test_a_start_is_the_prox_of_its_pre_prox_point_for_every_prox_parameter(reg):
+    w = np.random.default_rng(3).normal(size=12)
+    start = Start.prox_of(reg, w, 0.5)
+    problem = regression(d=12)
+    for gamma in (0.1, 0.5, 1.5):  # all below 1 / rho = 2.7 (SCAD) and 3 (MCP)
+        z = algorithms.FedNMap.start_pre_prox(problem, start, gamma)
+        np.testing.assert_allclose(reg.prox(z, gamma), start.x, atol=1e-12)
+    assert not np.allclose(start.x, w)  # the prox moved w: the check above is not about a fixed point
+
+
+def test_every_method_reports_the_same_model_at_round_0():
+    """Normal-map methods with their own prox parameters (FedNMap's gamma, Zhang's eta_hat) report
+    ``prox_{metric_gamma phi}(w_0)`` at round 0, as FedCanon and FedMiD do."""
+    problem, reg = classification(), R.ElasticNet(0.2, 0.1)
+    w0 = np.random.default_rng(0).normal(size=problem.n_params)
+    rows = {}
+    for method, extra in [("fednmap", {"gamma": 3.0}), ("zhang", {}), ("fedcanon", {}), ("fedmid", {})]:
+        result = fedopt.run(method, problem, reg, rounds=1, x0=w0, local_steps=4, lr_local=0.1, metric_gamma=2.0,
+                            **extra)
+        rows[method] = {name: result.history[name][0] for name in ("stationarity", "objective", "nnz")}
+    expected = reg.prox(w0, 2.0)
+    assert rows["fedmid"]["nnz"] == np.count_nonzero(expected) < problem.n_params
+    for method, row in rows.items():
+        for name, value in row.items():
+            assert value == pytest.approx(rows["fedmid"][name], rel=1e-12), (method, name)
 
 
 @pytest.mark.parametrize("method", [*METHODS, "scaffold"])

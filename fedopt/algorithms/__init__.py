@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from fedopt.algorithms.base import Algorithm, Costs, Env, State
+from fedopt.algorithms.base import Algorithm, Costs, Env, Start, State
 from fedopt.algorithms.decentralized import DeepStorm, Depositum, DepositumNoTracking, ProxDSGT
 from fedopt.algorithms.fedadmm import FedADMM
 from fedopt.algorithms.fedavg import FedAvg
@@ -93,4 +93,4 @@ def _cls(name: str) -> type[Algorithm]:
 __all__ = ["ALGORITHMS", "LIPPAX", "SLIPPAX", "Algorithm", "Costs", "DeepStorm", "Depositum", "DepositumNoTracking",
            "Env", "FedADMM", "FedAvg", "FedCanon", "FedCanon2", "FedDA", "FedDR", "FedMiD", "FedNMap",
            "LocalDualExtrapolation", "LocalExtraSGD", "LocalSGDA", "MinibatchExtragradient", "ProxDSGT", "Scaffnew",
-           "Scaffold", "State", "Zhang", "available", "canonical", "hyperparameters", "make"]
+           "Scaffold", "Start", "State", "Zhang", "available", "canonical", "hyperparameters", "make"]

@@ -52,6 +52,25 @@ class State:
     vars: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where a run starts: the model ``x`` that every method reports at round 0, and a subgradient
+    ``s`` of phi at ``x`` (None: unknown). A normal-map method with prox parameter ``g`` starts from
+    the pre-prox point ``z_0 = x + g s``, so that ``prox_{g phi}(z_0) = x`` for every ``g`` with
+    ``g rho < 1``: methods with different prox parameters then start from the same evaluated point.
+    """
+
+    x: Any
+    subgradient: Any = None
+
+    @classmethod
+    def prox_of(cls, regularizer, w, gamma: float) -> Start:
+        """``x = prox_{gamma phi}(w)`` and ``s = (w - x) / gamma``, the subgradient of phi at ``x``
+        that the prox's optimality condition gives (exact for weakly convex phi with ``gamma rho < 1``)."""
+        x = regularizer.prox(w, gamma)
+        return cls(x, (w - x) / gamma)
+
+
 def _positive(name, value):
     value = float(value)
     if not (value > 0 and math.isfinite(value)):
@@ -183,9 +202,19 @@ class Algorithm:
 
     @staticmethod
     def start(problem, x0):
-        """The initial model as an array of the problem's backend and dtype."""
-        x = problem.init(0) if x0 is None else x0
+        """The initial model (an array or a :class:`Start`) as an array of the problem's backend and dtype."""
+        x = problem.init(0) if x0 is None else getattr(x0, "x", x0)
         return problem.backend.asarray(x, dtype=problem.dtype).copy()
+
+    @classmethod
+    def start_pre_prox(cls, problem, x0, gamma: float):
+        """The pre-prox start ``z_0`` of a normal-map method with prox parameter ``gamma``: ``x + gamma s``
+        for a :class:`Start` with a subgradient (so ``prox_{gamma phi}(z_0)`` is its ``x``), else ``x0``."""
+        z = cls.start(problem, x0)
+        subgradient = getattr(x0, "subgradient", None)
+        if subgradient is not None:
+            z += gamma * problem.backend.asarray(subgradient, dtype=problem.dtype)
+        return z
 
     def round_costs(self, problem, prox_per_client: int, server_prox: int, up: int, down: int) -> Costs:
         """Costs of one round with ``local_steps`` gradients per client and the given vector counts."""

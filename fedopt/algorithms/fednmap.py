@@ -39,7 +39,7 @@ class FedNMap(LocalStepsMethod):
         regularizer.check_step(self.gamma, "gamma")
 
     def init(self, problem, regularizer, rng, x0=None):
-        z = self.start(problem, x0)
+        z = self.start_pre_prox(problem, x0, self.gamma)
         xp = problem.backend.xp
         correction = xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
         return State(Env(problem, regularizer, rng), regularizer.prox(z, self.gamma), z, vars={"c": correction})

@@ -35,7 +35,7 @@ class Zhang(LocalStepsMethod):
         regularizer.check_step(self.lr_local * self.local_steps, "lr_local * local_steps (the last local prox step)")
 
     def init(self, problem, regularizer, rng, x0=None):
-        z = self.start(problem, x0)
+        z = self.start_pre_prox(problem, x0, self.effective_step)
         correction = problem.backend.xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
         x = regularizer.prox(z, self.effective_step)
         return State(Env(problem, regularizer, rng), x, z, vars={"c": correction})

@@ -260,10 +260,13 @@ def compare(run, reference):
 
 
 def setup(loss, phi, backend):
-    """The problem, the reference's oracles on the star, and a start ``x_0`` that the first prox moves."""
+    """The problem, the reference's oracles on the star, the weights ``w_0`` passed to ``fedopt.run`` and
+    the algorithm's start ``x_0 = prox_{phi}(w_0)`` (run's start at its default metric_gamma = 1), which
+    the first prox with the step alpha moves again."""
     problem, clients = federated_problem(loss, backend)
     nodes = Nodes(clients, phi, metropolis_weights(star_adjacency(clients.n)))
-    return problem, nodes, np.linspace(-0.4, 0.6, problem.n_params)
+    w0 = np.linspace(-0.4, 0.6, problem.n_params)
+    return problem, nodes, w0, phi.prox(w0, 1.0)
 
 
 def check_network(run, nodes: Nodes):
@@ -290,11 +293,11 @@ def fused_calls(problem):
 @pytest.mark.parametrize("phi", PHIS)
 @pytest.mark.parametrize("loss", LOSSES)
 def test_depositum_follows_algorithm_1(loss, phi, momentum_type, batch_size, backend):
-    problem, nodes, x0 = setup(loss, phi, backend)
+    problem, nodes, w0, x0 = setup(loss, phi, backend)
     hp = dict(lr=0.1, tracking_rate=0.7, momentum=0.6, momentum_type=momentum_type, comm_period=3,
               batch_size=batch_size)
     calls = fused_calls(problem)
-    run = fedopt_trajectory("depositum", problem, phi.regularizer, rounds=ROUNDS, x0=x0, topology=TOPOLOGY, **hp)
+    run = fedopt_trajectory("depositum", problem, phi.regularizer, rounds=ROUNDS, x0=w0, topology=TOPOLOGY, **hp)
     check_network(run, nodes)
     compare(run, depositum_reference(nodes, run.draws, x0, rounds=ROUNDS, **hp))
     # the local iterations run in the fused ``tracking_steps`` (the NumPy reference kernel on numpy, the
@@ -308,10 +311,10 @@ def test_depositum_follows_algorithm_1(loss, phi, momentum_type, batch_size, bac
 @pytest.mark.parametrize("phi", PHIS)
 @pytest.mark.parametrize("loss", LOSSES)
 def test_depositum_without_tracking_follows_section_iv_a(loss, phi, momentum_type, batch_size, backend):
-    problem, nodes, x0 = setup(loss, phi, backend)
+    problem, nodes, w0, x0 = setup(loss, phi, backend)
     hp = dict(lr=0.1, momentum=0.6, momentum_type=momentum_type, comm_period=3, batch_size=batch_size)
     calls = fused_calls(problem)
-    run = fedopt_trajectory("depositum-no-tracking", problem, phi.regularizer, rounds=ROUNDS, x0=x0,
+    run = fedopt_trajectory("depositum-no-tracking", problem, phi.regularizer, rounds=ROUNDS, x0=w0,
                             topology=TOPOLOGY, **hp)
     check_network(run, nodes)
     compare(run, depositum_reference(nodes, run.draws, x0, rounds=ROUNDS, tracking=False, **hp))
@@ -320,9 +323,9 @@ def test_depositum_without_tracking_follows_section_iv_a(loss, phi, momentum_typ
 
 @every_case()
 def test_prox_dsgt_follows_equations_7_and_8(loss, phi, batch_size, backend):
-    problem, nodes, x0 = setup(loss, phi, backend)
+    problem, nodes, w0, x0 = setup(loss, phi, backend)
     hp = dict(lr=0.1, batch_size=batch_size)
-    run = fedopt_trajectory("prox-dsgt", problem, phi.regularizer, rounds=ROUNDS, x0=x0, topology=TOPOLOGY, **hp)
+    run = fedopt_trajectory("prox-dsgt", problem, phi.regularizer, rounds=ROUNDS, x0=w0, topology=TOPOLOGY, **hp)
     check_network(run, nodes)
     compare(run, prox_dsgt_reference(nodes, run.draws, x0, rounds=ROUNDS, **hp))
 
@@ -332,8 +335,8 @@ def test_prox_dsgt_follows_equations_7_and_8(loss, phi, batch_size, backend):
 @pytest.mark.parametrize("phi", PHIS)
 @pytest.mark.parametrize("loss", LOSSES)
 def test_deepstorm_follows_its_single_gossip_variant(loss, phi, batch_size, init_batch_size, backend):
-    problem, nodes, x0 = setup(loss, phi, backend)
+    problem, nodes, w0, x0 = setup(loss, phi, backend)
     hp = dict(lr=0.1, momentum=0.6, batch_size=batch_size, init_batch_size=init_batch_size)
-    run = fedopt_trajectory("deepstorm", problem, phi.regularizer, rounds=ROUNDS, x0=x0, topology=TOPOLOGY, **hp)
+    run = fedopt_trajectory("deepstorm", problem, phi.regularizer, rounds=ROUNDS, x0=w0, topology=TOPOLOGY, **hp)
     check_network(run, nodes)
     compare(run, deepstorm_reference(nodes, run.draws, x0, rounds=ROUNDS, **hp))
