@@ -18,7 +18,7 @@ converted once to C-contiguous float32 or float64 (other dtypes become float64).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -704,3 +704,23 @@ class Masked(Regularizer):
 
 
 REGULARIZERS[Masked.name] = Masked
+
+
+def on_block(regularizer: Regularizer, problem, block: str) -> Masked:
+    """``regularizer`` on one named block of ``problem``'s parameters only (:meth:`Problem.blocks`,
+    e.g. the MLP's ``"W1"``), as :class:`Masked`. A matrix regularizer (:class:`Nuclear`) reads the
+    block as its matrix: a nuclear norm on ``W1`` asks for a low-rank first layer."""
+    blocks = problem.blocks()
+    if block not in blocks:
+        names = f"choose one of {', '.join(blocks)}" if blocks else "it names none, so leave block out"
+        raise ValueError(f"block={block!r} is not a parameter block of {type(problem).__name__}; {names}")
+    start, shape = blocks[block]
+    if "shape" in {f.name for f in fields(regularizer)}:
+        if len(shape) != 2:
+            matrices = ", ".join(name for name, (_, s) in blocks.items() if len(s) == 2)
+            raise ValueError(f"block={block!r} is a vector of shape {shape}, but {regularizer.name} acts on a "
+                             f"matrix; choose a matrix block ({matrices})")
+        regularizer = replace(regularizer, shape=shape)
+    mask = np.zeros(problem.n_params, dtype=bool)
+    mask[start : start + math.prod(shape)] = True
+    return Masked(regularizer, mask)

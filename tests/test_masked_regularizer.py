@@ -10,8 +10,8 @@ from hypothesis.extra import numpy as hnp
 
 import fedopt
 from fedopt import regularizers as R
-from fedopt.datasets import partition
-from fedopt.problems import Logistic
+from fedopt.datasets import load_digits, partition
+from fedopt.problems import MLP, Logistic, Softmax
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -133,3 +133,27 @@ def test_construction_equality_pickling_and_errors():
         reg.prox(np.zeros(5), 1.0)
     with pytest.raises(ValueError, match="weights has length 4 but the vectors have p=3"):
         R.Masked(R.L1(1.0, weights=[1.0, 1.0, 1.0, 1.0]), np.array([True, True, True, False])).prox(np.zeros(4), 1.0)
+
+
+def test_on_block_puts_a_nuclear_norm_on_the_first_layer_of_an_mlp_only():
+    problem = MLP(load_digits(n_clients=2), hidden=5)
+    reg = R.on_block(R.Nuclear(0.1), problem, "W1")
+    assert isinstance(reg, R.Masked) and reg.base.shape == (5, 64) and reg.mask.sum() == 5 * 64
+    x = problem.init(0)
+    y = reg.prox(x, 2.0)
+    W1, *rest = problem.unpack(y)
+    before = np.linalg.svd(problem.unpack(x)[0], compute_uv=False)
+    np.testing.assert_allclose(np.linalg.svd(W1, compute_uv=False), np.maximum(before - 0.2, 0), atol=1e-12)
+    for new, old in zip(rest, problem.unpack(x)[1:], strict=True):
+        np.testing.assert_array_equal(new, old)
+    assert reg.value(y) == pytest.approx(0.1 * np.maximum(before - 0.2, 0).sum())
+
+
+def test_on_block_refuses_unknown_blocks_and_a_matrix_norm_on_a_vector():
+    mlp = MLP(load_digits(n_clients=2), hidden=5)
+    with pytest.raises(ValueError, match=r"block='W3' is not a parameter block of MLP; choose one of W1, b1, W2, b2"):
+        R.on_block(R.L1(0.1), mlp, "W3")
+    with pytest.raises(ValueError, match=r"block='b1' is a vector.*choose a matrix block \(W1, W2\)"):
+        R.on_block(R.Nuclear(0.1), mlp, "b1")
+    softmax = Softmax(load_digits(n_clients=2), fit_intercept=True)
+    assert R.on_block(R.L1(0.1), softmax, "intercept").mask.sum() == 10

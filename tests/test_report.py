@@ -174,6 +174,41 @@ def test_figures_label_the_metric_and_carry_the_provenance(store_path, tmp_path,
     assert rep.metric_label("gap", tex=True) == "gap"
 
 
+def test_a_grids_curves_plot_one_column_against_another(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the PNG figures need matplotlib (the plot extra)")
+    from matplotlib.figure import Figure
+
+    drawn = []
+
+    class Recorded(Figure):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            drawn.append(self)
+
+    text = TOML.replace('name = "again"', 'name = "again"\ncurves = [{ y = "test_accuracy", x = "prox_evals" }]')
+    exp = sweep.parse_experiment(text, source="tiny.toml", name="tiny")
+    with sweep.Store(tmp_path / "s.db") as store:
+        fill(store, exp)
+    monkeypatch.setattr(rep, "_matplotlib", lambda: Recorded)
+    result = rep.report(tmp_path / "s.db", out=tmp_path / "out", stream=io.StringIO())
+    assert "again_test_accuracy_vs_prox_evals.png" in [p.name for p in result["figures"]]
+    (ax,) = drawn[-1].axes
+    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_yscale()) == ("prox evaluations", "test_accuracy", "linear")
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [0, 5, 10] and list(line.get_ydata()) == [0.1, 0.5, 0.9]
+
+
+@pytest.mark.parametrize("curves, message", [
+    ('[{ y = "test_accuracy", x = "secs" }]', r"x = 'secs' names no history column.*seconds"),
+    ('[{ y = "acc", x = "round" }]', r"y = 'acc' names no history column"),
+    ('[["test_accuracy", "seconds"]]', r"a list of tables \{ y ="),
+])
+def test_a_grids_curves_name_history_columns(curves, message):
+    text = TOML.replace('name = "again"', f'name = "again"\ncurves = {curves}')
+    with pytest.raises(sweep.ConfigError, match=message):
+        sweep.parse_experiment(text, source="tiny.toml", name="tiny")
+
+
 def test_export_writes_one_row_per_run_and_round(store_path, tmp_path):
     path = rep.export(store_path, tmp_path / "rows.csv", sweep="tiny")
     with open(path, newline="", encoding="utf-8") as handle:

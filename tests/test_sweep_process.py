@@ -41,6 +41,8 @@ def _fail(config, **_):
      "algorithm.gamma = 4.0 in 8 of 8 runs: gamma=4 is too large for MCP"),
     ({"metric_gamma": 10.0, "algorithm.gamma": 1.0, "regularizer": {"name": "mcp", "lam": 0.1, "gamma": 2.0}},
      "metric_gamma = 10.0 in 8 of 8 runs: metric_gamma=10 is too large"),
+    ({"regularizer": {"name": "nuclear", "lam": 0.1, "block": "W1"}},
+     "regularizer.block = 'W1' in 8 of 8 runs: block='W1' is not a parameter block of Softmax; choose one of coef"),
 ])
 def test_bad_values_are_refused_before_any_run_with_their_key_and_count(override, expected):
     with pytest.raises(ConfigError) as err:

@@ -104,6 +104,11 @@ class Problem(PointArguments):
         """
         return False
 
+    def blocks(self) -> dict:
+        """Named parts of the flat parameter vector, ``{name: (start, shape)}`` in C order: what a
+        regularizer can be restricted to (:func:`fedopt.regularizers.on_block`). None by default."""
+        return {}
+
     def init(self, seed=None):
         """The initial point ``x_0`` (zeros for linear models)."""
         return self.backend.xp.zeros(self.n_params, dtype=self.dtype)

@@ -35,6 +35,11 @@ class LinearModel(Problem):
     def n_params(self) -> int:
         return self.n_out * (self.n_features + self.fit_intercept)
 
+    def blocks(self) -> dict:
+        """``coef (n_out, d)``, and ``intercept (n_out,)`` with ``fit_intercept``."""
+        coef = {"coef": (0, (self.n_out, self.n_features))}
+        return {**coef, "intercept": (self.n_out * self.n_features, (self.n_out,))} if self.fit_intercept else coef
+
     def unpack(self, x):
         """``(coef (n_out, d), intercept (n_out,))`` views of a flat parameter vector."""
         d = self.n_features

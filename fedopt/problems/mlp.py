@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fedopt.problems.base import Problem
@@ -42,11 +44,14 @@ class MLP(Problem):
 
     _targets = Softmax._targets
 
+    def blocks(self) -> dict:
+        """The layers' weights and biases ``W1 (h, d)``, ``b1 (h,)``, ``W2 (k, h)``, ``b2 (k,)``."""
+        h, d, k = self.hidden, self.n_features, self.n_classes
+        return {"W1": (0, (h, d)), "b1": (h * d, (h,)), "W2": (h * d + h, (k, h)), "b2": (h * d + h + k * h, (k,))}
+
     def unpack(self, x):
         """``(W1 (h, d), b1 (h,), W2 (k, h), b2 (k,))`` views of a flat parameter vector."""
-        h, d, k = self.hidden, self.n_features, self.n_classes
-        return (x[: h * d].reshape(h, d), x[h * d : h * d + h],
-                x[h * d + h : h * d + h + k * h].reshape(k, h), x[h * d + h + k * h :])
+        return tuple(x[start : start + math.prod(shape)].reshape(shape) for start, shape in self.blocks().values())
 
     def init(self, seed=None):
         """PyTorch's default ``nn.Linear`` initialisation of both layers, drawn from ``seed``."""

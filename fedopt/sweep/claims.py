@@ -48,12 +48,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedopt.sweep.report import _final, _fmt, _short, fit_slope
+from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _short, fit_slope
 
 KINDS = ("best", "order", "slope", "ratio", "difference", "within")
 VERDICTS = ("holds", "fails", "inconclusive")
-#: Metrics compared as logarithms by default (positive, spanning orders of magnitude).
-LOG_METRICS = ("stationarity", "normal_map", "gap", "gap_bound", "distance", "consensus")
 LEVEL = 0.95
 
 

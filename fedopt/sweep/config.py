@@ -30,6 +30,7 @@ An experiment file has three kinds of tables::
     name = "elasticnet"
     l1 = 1e-3
     l2 = 2e-2
+    # block = "W1"               # optional: on one parameter block only (the MLP's W1, b1, W2, b2)
 
     [run.algorithm]              # fedopt.algorithms.make(name, **hyperparameters)
     name = "fednmap"
@@ -54,6 +55,7 @@ An experiment file has three kinds of tables::
     paper_slope = -1.436         # optional: the paper's value, printed next to ours
     predicted_slope = -1.5       # optional: the slope a theorem predicts, printed next to ours
     metric = "stationarity"      # optional: the history column whose final value is tabulated and fitted
+    curves = [{ y = "test_accuracy", x = "seconds" }]  # optional: more figures, y against x (history columns)
 
 Grid keys are paths below ``[run]`` (``"algorithm.name"``, ``"regularizer.lam"``,
 ``"rounds"``, ``"params.alpha"``). An experiment without ``[[grid]]`` is one configuration times
@@ -111,7 +113,7 @@ BUILTIN_DIR = Path(__file__).resolve().parent.parent / "experiments"
 RUN_KEYS = {"rounds", "eval_every", "seeds", "metric_gamma", "backend", "tol", "divergence"}
 SECTIONS = ("dataset", "problem", "regularizer", "algorithm", "params")
 EXPERIMENT_KEYS = {"name", "title", "description", "paper", "from_paper", "defaults"}
-GRID_KEYS = {"name", "title", "lines", "slope", "paper_slope", "predicted_slope", "metric"}
+GRID_KEYS = {"name", "title", "lines", "slope", "paper_slope", "predicted_slope", "metric", "curves"}
 BACKENDS = ("numpy", "numba", "gpu", "auto")
 #: Keys of the run configuration that do not change the result, and so stay out of its hash.
 UNHASHED = ("backend",)
@@ -195,7 +197,7 @@ def _regularizer_options(name: str) -> dict:
     from fedopt.regularizers import REGULARIZERS
 
     cls = REGULARIZERS[name.lower().replace("-", "_")]
-    options = {}
+    options = {"block": None}  # a parameter block of the problem (fedopt.regularizers.on_block); None: all of x
     for f in fields(cls):
         if f.init:
             options[f.name] = (f.default if f.default is not MISSING else
@@ -326,6 +328,9 @@ class Grid:
     paper_slope: float | None = None
     predicted_slope: float | None = None
     metric: str = "stationarity"
+    #: more figures than ``metric`` against rounds: ``{"y": column, "x": column}`` each (the papers'
+    #: accuracy against time or against prox evaluations)
+    curves: list = field(default_factory=list)
     index: int = 0
 
     def points(self):
@@ -856,6 +861,7 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
         if grid.metric not in columns:
             raise exp.error(f"names no history column of these methods; choose one of {', '.join(columns)}",
                             f"grid[{grid.index}].metric")
+        grid.curves = _curves(exp, grids[grid.index].get("curves", []) if grids else [], columns, grid.index)
     used = set(run.get("params", {}))
     for grid in exp.grids:
         used |= {k.split(".", 1)[1] for k in grid.axes if k.startswith("params.")}
@@ -891,6 +897,19 @@ def _toml_error(text: str, message: str) -> tuple[str, int | None]:
     if opened is None or depth == 0:
         return f"not valid TOML: {message}", noticed
     return f"not valid TOML: the value of {opened[1]} is never closed (tomllib: {message})", opened[0]
+
+
+def _curves(exp: Experiment, curves, columns: list[str], index: int) -> list[dict]:
+    """A grid's ``curves``: a list of ``{y = column, x = column}`` tables (x may also be ``round``)."""
+    path = f"grid[{index}].curves"
+    if not isinstance(curves, list) or not all(isinstance(c, dict) and set(c) == {"x", "y"} for c in curves):
+        raise exp.error('a list of tables { y = "test_accuracy", x = "seconds" }, one per figure', path)
+    for curve in curves:
+        for role, allowed in (("y", columns), ("x", ["round", *columns])):
+            if curve[role] not in allowed:
+                raise exp.error(f"{role} = {curve[role]!r} names no history column of these methods; choose one "
+                                f"of {', '.join(allowed)}", f"{path}.{role}")
+    return [{"y": c["y"], "x": c["x"]} for c in curves]
 
 
 def _history_columns(exp: Experiment) -> list[str]:

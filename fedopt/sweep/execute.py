@@ -86,8 +86,6 @@ def make_problem(config: dict, dataset):
 
 def build(config: dict):
     """``(problem, regularizer)`` of a resolved run configuration; problems are cached per process."""
-    from fedopt import regularizers
-
     cache_key = json.dumps([config["dataset"], config["problem"], config.get("backend", "auto")], sort_keys=True)
     problem = _CACHE.get(cache_key)
     if problem is None:
@@ -97,9 +95,18 @@ def build(config: dict):
             _CACHE.popitem(last=False)
     else:
         _CACHE.move_to_end(cache_key)
-    reg_options = dict(config["regularizer"])
-    regularizer = regularizers.make(reg_options.pop("name"), **reg_options)
-    return problem, regularizer
+    return problem, make_regularizer(config["regularizer"], problem)
+
+
+def make_regularizer(table: dict, problem=None):
+    """The regularizer of a ``[run.regularizer]`` table; with ``block``, on that block of ``problem``'s
+    parameters only (:func:`fedopt.regularizers.on_block`)."""
+    from fedopt import regularizers
+
+    options = dict(table)
+    block = options.pop("block", None)
+    regularizer = regularizers.make(options.pop("name"), **options)
+    return regularizer if block is None or problem is None else regularizers.on_block(regularizer, problem, block)
 
 
 def execute_run(config: dict, progress: bool | None = False, callback=None) -> dict:

@@ -37,8 +37,9 @@ the paper's setting.
 Figures (PNG, matplotlib, the ``plot`` extra; without it the tables and slopes are still
 printed): per grid, ``GRID_curves.png`` with one panel per setting of the axes other than the
 ``lines`` axis and the mean stationarity over seeds against rounds (log scale, min-max band over
-seeds), and ``GRID_slope.png`` with final stationarity against the slope axis on log-log axes,
-the seeds, their mean and the fitted line.
+seeds), one ``GRID_Y_vs_X.png`` for each of the grid's ``curves`` (test accuracy against training
+time or prox evaluations, the FedCanon paper's measures), and ``GRID_slope.png`` with final
+stationarity against the slope axis on log-log axes, the seeds, their mean and the fitted line.
 
 :func:`export` writes the runs as data, one row per run per evaluated round (CSV, or Parquet
 with pyarrow), for plotting with other tools.
@@ -58,6 +59,12 @@ from pathlib import Path
 
 import numpy as np
 
+#: History columns shown and compared on the log scale (they shrink by orders of magnitude).
+LOG_METRICS = ("stationarity", "normal_map", "gap", "gap_bound", "distance", "consensus")
+#: Axis labels of the history columns a figure can plot against.
+AXIS_LABELS = {"round": "communication round", "seconds": "training time (s, evaluations excluded)",
+               "prox_evals": "prox evaluations", "grad_evals": "gradient evaluations",
+               "floats_up": "floats sent up", "floats_down": "floats sent down"}
 PLOT_HINT = "matplotlib is not installed, so no PNG figures: pip install 'fedopt[plot]'"
 #: Overrides that do not change what a run computes (where it ran), so leave a sweep comparable to the paper.
 NEUTRAL_OVERRIDES = ("backend",)
@@ -570,9 +577,23 @@ def _footer(fig, text, width, height):
 
 
 def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes, footer=""):
-    varied = grid["varied"]
+    """``GRID_curves.png`` (the grid's metric against rounds), one ``GRID_Y_vs_X.png`` per entry of
+    its ``curves``, and ``GRID_slope.png`` for a grid with a slope."""
     metric = grid.get("metric") or "stationarity"
-    ylabel = metric_label(metric, tex=True)
+    files = [_plot_curves(Figure, folder / f"{grid['name']}_curves.png", experiment, grid, points, metric, "round",
+                          footer)]
+    for curve in grid.get("curves") or []:
+        path = folder / f"{grid['name']}_{curve['y']}_vs_{curve['x']}.png"
+        files.append(_plot_curves(Figure, path, experiment, grid, points, curve["y"], curve["x"], footer))
+    if slopes:
+        files.append(_plot_slopes(Figure, folder, grid, points, slopes, metric, metric_label(metric, tex=True), footer))
+    return files
+
+
+def _plot_curves(Figure, path, experiment, grid, points, y, x, footer):
+    """One panel per setting of the axes other than ``lines``: the mean over seeds of column ``y``
+    against the mean of column ``x`` at each evaluation, with the min-max band of ``y``."""
+    varied = grid["varied"]
     lines_axis = grid.get("lines") or ("algorithm.name" if "algorithm.name" in varied else
                                       (varied[0] if varied else None))
     panel_axes = [a for a in varied if a != lines_axis]
@@ -581,7 +602,6 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes, footer=""
         point = json.loads(point_json)
         panel = json.dumps({a: point.get(a) for a in panel_axes}, sort_keys=True)
         panels.setdefault(panel, []).append((point, runs))
-    files = []
     k = len(panels)
     cols = min(k, 3)
     nrows = math.ceil(k / cols)
@@ -594,15 +614,16 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes, footer=""
             if not curves:
                 continue
             length = min(len(c["round"]) for c in curves)
-            rounds = np.array(curves[0]["round"][:length])
-            values = np.array([c[metric][:length] for c in curves], dtype=float)
+            xs = np.array([c[x][:length] for c in curves], dtype=float).mean(0)
+            values = np.array([c[y][:length] for c in curves], dtype=float)
             legend = f"{_short(lines_axis)} = {_fmt(point.get(lines_axis))}" if lines_axis else "mean over seeds"
-            (line,) = ax.plot(rounds, values.mean(0), label=legend, lw=1.5)
+            (line,) = ax.plot(xs, values.mean(0), label=legend, lw=1.5)
             if len(curves) > 1:
-                ax.fill_between(rounds, values.min(0), values.max(0), color=line.get_color(), alpha=0.15, lw=0)
-        ax.set_yscale("log")
-        ax.set_xlabel("communication round")
-        ax.set_ylabel(ylabel)
+                ax.fill_between(xs, values.min(0), values.max(0), color=line.get_color(), alpha=0.15, lw=0)
+        if y in LOG_METRICS:
+            ax.set_yscale("log")
+        ax.set_xlabel(AXIS_LABELS.get(x, x))
+        ax.set_ylabel(metric_label(y, tex=True))
         setting = json.loads(panel)
         ax.set_title(", ".join(f"{_short(a)} = {_fmt(v)}" for a, v in setting.items()) or grid.get("title") or "",
                      fontsize=9)
@@ -614,12 +635,8 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes, footer=""
                      fontsize=10)
     if footer:
         _footer(fig, footer, width, height)
-    path = folder / f"{grid['name']}_curves.png"
     fig.savefig(path, dpi=110)
-    files.append(path)
-    if slopes:
-        files.append(_plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer))
-    return files
+    return path
 
 
 def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):

@@ -452,7 +452,7 @@ class Store:
                 "from_paper": experiment.from_paper, "defaults": experiment.defaults,
                 "grids": [{"name": g.name, "title": g.title, "axes": g.axes, "varied": g.varied, "lines": g.lines,
                            "slope": g.slope, "paper_slope": g.paper_slope, "predicted_slope": g.predicted_slope,
-                           "metric": g.metric} for g in experiment.grids],
+                           "metric": g.metric, "curves": g.curves} for g in experiment.grids],
                 "claims": [c.as_dict() for c in getattr(experiment, "claims", [])]}
         with self._transaction():
             seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM sweeps").fetchone()[0]

@@ -35,6 +35,7 @@ def validate(specs) -> None:
     """
     from fedopt import algorithms, regularizers
     from fedopt.run import Divergence
+    from fedopt.sweep.execute import make_regularizer
 
     runs = list({spec.key: spec for spec in specs}.values())
     text = _Texts()
@@ -62,9 +63,8 @@ def validate(specs) -> None:
             methods[key] = None
             found.add("algorithm", table, err, count)
     for key, (table, count) in regs.items():
-        options = {k: v for k, v in table.items() if k != "name"}
         try:
-            regs[key] = regularizers.make(table["name"], **options)
+            regs[key] = make_regularizer(table)  # a block is placed on each problem below
         except Exception as err:
             regs[key] = None
             found.add("regularizer", table, err, count)
@@ -87,6 +87,13 @@ def validate(specs) -> None:
             method, reg = methods[a], regs[r]
             if method is None or reg is None:
                 continue
+            block = json.loads(r).get("block")
+            if block is not None:
+                try:
+                    reg = regularizers.on_block(reg, problem, block)
+                except Exception as err:
+                    found.add_path("regularizer.block", block, err, n)
+                    continue
             try:
                 method.check(problem, reg)
                 if hasattr(method, "network"):  # decentralized: the graph must fit the clients

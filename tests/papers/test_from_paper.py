@@ -275,6 +275,18 @@ FEDCANON_SUPPORT = {
             row("algorithm.local_steps", 40, C_FIG3_K, "(K=40K=40)", grid="fig3-dirichlet"),
         ],
     },
+    "fedcanon_table5_nuclear": {
+        "FedCanon, FedMiD, ZA1 (Zhang et al. 2024); 10 clients; T = 200 rounds": [
+            row("algorithm.name", {"fedcanon", "fedmid", "zhang"}, (C_FIG3, C_ZA1),
+                ("FedCanon", "FedMiD", "ZA1", "zhang2024composite")),
+            row("dataset.n_clients", 10, C_FIG3, "across 10 clients"),
+            row("rounds", 200, C_FIG3, "(T=200T=200)"),
+        ],
+        "Table V: iid, K in {10, 20, 40, 80}": [
+            row("partition", "iid", C_TABLE5, "under the i.i.d. setting"),
+            row("algorithm.local_steps", {10, 20, 40, 80}, C_TABLE5, "K=10,20,40,80"),
+        ],
+    },
     "fedcanon_heterogeneity": {
         "FedCanon, FedAvg, SCAFFOLD, Scaffnew; no regularizer (h = 0); n = 10 clients; K = 20; T = 200": [
             row("algorithm.name", {"fedcanon", "fedavg", "scaffold", "scaffnew"}, C_FIG2,
