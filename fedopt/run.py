@@ -102,6 +102,11 @@ class Divergence:
       max(||F_nat(x_0)||^2, stationarity_floor)`` and growing, at ``patience`` evaluations in a
       row. Healthy runs started at ``x0 = 0`` can see their stationarity grow by orders of
       magnitude early on, hence the floor, the patience and the default off.
+    * stalled (off by default; checked once, after the last round): ``||F_nat(x_T)||^2 >
+      stall_factor * ||F_nat(x_0)||^2``. Such a run neither blew up nor converged: it oscillates,
+      typically with a step too large to settle, and must not pass as done. ``stall_factor =
+      1e-2`` asks the run to end two orders of magnitude below its start. A run stopped by ``tol``
+      has converged and is not checked.
 
     ``None`` as a factor switches that rule off.
     """
@@ -111,12 +116,16 @@ class Divergence:
     stationarity_factor: float | None = None
     stationarity_floor: float = 1.0
     patience: int = 3
+    stall_factor: float | None = None
 
     def __post_init__(self):
         for name in ("objective_factor", "stationarity_factor"):
             value = getattr(self, name)
             if value is not None and not (_number(value) and math.isfinite(value) and value > 1):
                 raise ValueError(f"divergence {name} must be a finite number > 1 or None (off), got {value!r}")
+        stall = self.stall_factor
+        if stall is not None and not (_number(stall) and 0 < stall < 1):
+            raise ValueError(f"divergence stall_factor must be a number in (0, 1) or None (off), got {stall!r}")
         for name in ("objective_floor", "stationarity_floor"):
             value = getattr(self, name)
             if not (_number(value) and math.isfinite(value) and value > 0):
@@ -167,6 +176,15 @@ class Divergence:
                     f"{self.stationarity_floor:g})")
         return None
 
+    def check_end(self, history: History) -> str | None:
+        """The sentence with the numbers when the finished run in ``history`` stalled, else None."""
+        first, last = history.rows[0], history.rows[-1]
+        if self.stall_factor is None or not last["stationarity"] > self.stall_factor * first["stationarity"]:
+            return None
+        return (f"||F_nat||^2 {last['stationarity']:.4g} at its last round {last['round']} is "
+                f"{last['stationarity'] / first['stationarity']:.3g} x its round-{first['round']} value "
+                f"{first['stationarity']:.4g}, above stall_factor {self.stall_factor:g}")
+
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -175,7 +193,8 @@ def _number(value) -> bool:
 class DivergenceError(FloatingPointError):
     """A run diverged. ``result`` keeps the history: up to the last finite round when the model or
     the metrics became NaN or inf (``rule`` is ``"nonfinite"``), including the row that fired a
-    :class:`Divergence` rule otherwise (``rule`` is ``"objective"`` or ``"stationarity"``)."""
+    :class:`Divergence` rule otherwise (``rule`` is ``"objective"``, ``"stationarity"`` or
+    ``"stalled"``: the run ended without converging)."""
 
     def __init__(self, message: str, result: Result, rule: str = "nonfinite"):
         super().__init__(message)
@@ -284,8 +303,13 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             advice = ("error.result holds the history including this round. If the run is healthy, loosen the "
                       "rule: divergence={...} or divergence=None in fedopt.run, [run.divergence] or "
                       "[run] divergence = false in an experiment file, --set divergence=false on the command line.")
-        raise DivergenceError(f"{method.name} diverged: {what}. Reduce the step sizes (lr_local, lr_server) or "
-                              f"check the data; {advice}", result(state), kind)
+        if kind == "stalled":
+            verdict, fix = "did not converge", ("change the step sizes (too large oscillates, too small crawls), run "
+                                                "more rounds")
+        else:
+            verdict, fix = "diverged", "reduce the step sizes (lr_local, lr_server)"
+        raise DivergenceError(f"{method.name} {verdict}: {what}. To fix it, {fix} or check the data; {advice}",
+                              result(state), kind)
 
     def result(state, converged=False):
         return Result(problem.backend.to_numpy(state.x).copy(), history, method, state, seed, gamma, converged)
@@ -305,6 +329,9 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             if t % eval_every == 0 or t == rounds:
                 record(state)
             last_finite = state
+    stalled = rule.check_end(history) if rule is not None and not converged() else None
+    if stalled:
+        diverged(stalled, state, "stalled")
     if show:
         print(file=sys.stderr)
     return result(state, converged())

@@ -63,6 +63,22 @@ def test_a_healthy_run_is_untouched(digits):
     assert growth.history["round"][-1] == 20
 
 
+def test_a_run_that_ends_without_converging_stops_as_stalled_with_its_whole_history(digits):
+    stall = {"stall_factor": 0.1}
+    with pytest.raises(DivergenceError) as info:  # a step far too small to get anywhere in 20 rounds
+        default_run(digits, 1e-4, divergence=stall)
+    error, history = info.value, info.value.result.history
+    assert error.rule == "stalled" and history["round"][-1] == 20
+    assert history["stationarity"][-1] > 0.1 * history["stationarity"][0]
+    assert "fednmap did not converge: ||F_nat||^2" in str(error) and "above stall_factor 0.1" in str(error)
+    assert "run more rounds" in str(error)
+    healthy = default_run(digits, 0.1, divergence=stall)
+    assert healthy.history["stationarity"][-1] < 0.1 * healthy.history["stationarity"][0]
+    start = default_run(digits, 1e-4, rounds=0).history["stationarity"][0]
+    stopped = default_run(digits, 1e-4, divergence=stall, tol=start)  # converged by tol at round 0: not checked
+    assert stopped.converged
+
+
 def test_a_run_that_starts_at_its_solution_is_not_stopped_by_rounding():
     # objective 0 at round 0: without the floor any rounding error would be "1000 times the start"
     rng = np.random.default_rng(0)
@@ -98,6 +114,7 @@ def test_nan_and_inf_still_stop_the_run_with_the_last_finite_history():
     ({"objective_factor": 0.5}, "objective_factor must be a finite number > 1 or None"),
     ({"objective_floor": 0}, "objective_floor must be a finite number > 0"),
     ({"patience": 0}, "patience must be an integer >= 1"),
+    ({"stall_factor": 1.0}, r"stall_factor must be a number in \(0, 1\)"),
     ("loose", "True or 'default' .* or None, False or 'off'"),
 ])
 def test_bad_rules_are_refused_naming_the_field(value, message):

@@ -105,6 +105,12 @@ def test_not_done_runs_are_excluded_with_visible_counts_and_the_slope_skips_thei
     assert "speedup,32,2,1,1,0,0,5.0" in summary[4]  # the mean of the done seed only
 
 
+def test_runs_stopped_as_stalled_are_counted_with_the_diverged_and_named():
+    stalled = {"status": "diverged", "error": "fednmap did not converge: ||F_nat||^2 0.0066 at its last round ..."}
+    runs = [stalled, {"status": "diverged", "error": "fednmap diverged: objective ..."}, {"status": "done"}]
+    assert rep._excluded(runs) == "2 of 3 runs diverged (1 of them did not converge), excluded"
+
+
 def test_a_setting_with_too_few_complete_points_says_so():
     rows = [({"dataset.n_clients": n}, {"seeds": 2, "done": done, "diverged": 2 - done, "failed": 0, "missing": 0,
                                        "stationarity_mean": 1.0 / n}) for n, done in ((4, 2), (8, 1), (16, 0))]

@@ -688,10 +688,13 @@ class Experiment:
 
     def shortened(self, rounds: int = 2, seeds: int = 1, values: int = 2) -> Experiment:
         """A small version for tests and smoke runs: ``rounds`` rounds, the first ``seeds`` seeds and
-        ``values`` values per axis."""
+        ``values`` values per axis. A run that short cannot converge, so a divergence rule's
+        ``stall_factor`` is dropped."""
         exp = copy.deepcopy(self)
         exp.overrides["quick"] = {"rounds": rounds, "seeds": seeds, "values per axis": values}
         every = exp.run.get("eval_every", 1)
+        if isinstance(exp.run.get("divergence"), dict):
+            exp.run["divergence"].pop("stall_factor", None)
         exp.run["rounds"] = rounds
         exp.run["eval_every"] = max(1, min(every if _is_int(every) else 1, rounds))
         exp.seeds = exp.seeds[:seeds]

@@ -69,6 +69,8 @@ PLOT_HINT = "matplotlib is not installed, so no PNG figures: pip install 'fedopt
 #: Overrides that do not change what a run computes (where it ran), so leave a sweep comparable to the paper.
 NEUTRAL_OVERRIDES = ("backend",)
 NOT_DONE = ("diverged", "failed", "missing")
+#: What the error of a run stopped by the divergence rule's ``stall_factor`` says (see fedopt.run.Divergence).
+STALLED = "did not converge"
 #: History columns of some methods that get a column of the table when the runs record them
 #: (the decentralized methods' consensus error ``sum_i ||x_i - xbar||^2``).
 EXTRA_COLUMNS = ("consensus",)
@@ -262,7 +264,9 @@ def _metric_stats(done, metric):
 def _excluded(runs) -> str | None:
     """``3 of 40 runs diverged, excluded; 1 of 40 failed, excluded`` for the runs of a grid; None when all are done."""
     total = len(runs)
-    parts = [f"{n} of {total} runs {word}, excluded" for word in NOT_DONE
+    stalled = sum(_status(r) == "diverged" and STALLED in (r.get("error") or "") for r in runs)
+    detail = {"diverged": f" ({stalled} of them did not converge)" if stalled else ""}
+    parts = [f"{n} of {total} runs {word}{detail.get(word, '')}, excluded" for word in NOT_DONE
              if (n := sum(_status(r) == word for r in runs))]
     return "; ".join(parts) or None
 

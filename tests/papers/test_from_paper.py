@@ -184,7 +184,7 @@ FEDNMAP_SUPPORT = {
             *SORTED],
         "n = 30, eta_s = 1, gamma = 4": [
             row("dataset.n_clients", 30, N_FIG5_CAPTION, "n=30n=30"),
-            row("algorithm.lr_server", 1.0, N_FIG5_CAPTION, r"\eta_{s}=1"),
+            row("algorithm.lr_server", 1.0, N_FIG5_CAPTION, r"\eta_{s}=1", grid="step-rules"),
             row("algorithm.gamma", 4.0, N_FIG5_CAPTION, r"\gamma=4"),
         ],
         "panels: eta_a = 1/Q (5a), 1/sqrt(Q) (5b), 0.05 (5c)": [
