@@ -51,6 +51,13 @@ def test_best_holds_fails_or_is_inconclusive_by_the_interval_of_the_paired_log_r
     assert C.check([claim()], runs)[0].verdict == "inconclusive"
 
 
+def test_an_exact_tie_is_not_better():
+    # test accuracy is a count: two methods can tie in every seed, and [0, 0] must not read as "higher"
+    runs = members({("a", 4): LOW, ("b", 4): LOW})
+    v = C.check([claim(metric="test_accuracy", goal="max", scale="linear")], runs)[0]
+    assert v.verdict == "fails" and "a - b = 0 [0, 0]" in v.lines[0]
+
+
 def test_one_failing_setting_fails_the_claim_and_the_setting_is_named():
     runs = members({("a", 4): LOW, ("b", 4): HIGH, ("a", 8): HIGH, ("b", 8): LOW})
     [v] = C.check([claim()], runs)

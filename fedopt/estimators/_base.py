@@ -13,6 +13,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
 from fedopt import regularizers as R
+from fedopt.algorithms import Start
 from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.datasets import from_client_ids, partition
 from fedopt.metrics import natural_map
@@ -71,7 +72,8 @@ class _FederatedEstimator(BaseEstimator):
         accepted = _accepted(self.algorithm)
         steps = {name: value for name, value in steps.items() if name in accepted}
         x0 = problem.init(seed)
-        start = float(problem.backend.xp.sum(natural_map(problem, regularizer, x0, gamma) ** 2))
+        first = Start.prox_of(regularizer, x0, gamma).x  # the model run() reports at round 0
+        start = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
         result = run(self.algorithm, problem, regularizer, rounds=self.max_rounds, seed=seed, x0=x0,
                      eval_every=self.eval_every, metric_gamma=gamma, tol=self.tol * start, progress=False,
                      **steps)

@@ -36,8 +36,8 @@ their seeds (the methods of a trial start from the same point), else Welch's int
 whether the differences are of logarithms (ratios) or of values. A comparison *holds* when its
 whole interval is on the claimed side, *fails* when its whole interval is on the other side, and
 is *inconclusive* otherwise (or with fewer than 2 seeds). A claimed-better point with diverged
-seeds fails its comparison. A claim fails when one setting fails, holds when all hold, and is
-inconclusive otherwise.
+seeds fails its comparison, and so does an exact tie (a best or order claim is strict). A claim
+fails when one setting fails, holds when all hold, and is inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -377,7 +377,8 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
         verdict = _pair_verdict(claim, low, high)
         verdicts.append(verdict)
         show = (lambda t: f"{math.exp(t):.3g}") if log else (lambda t: f"{t:.3g}")
-        parts.append(f"{label} = {show(estimate)} [{show(low)}, {show(high)}] {verdict}"
+        own = f" {verdict}" if len(pairs) > 1 else ""  # one comparison: its verdict is the setting's
+        parts.append(f"{label} = {show(estimate)} [{show(low)}, {show(high)}]{own}"
                      + (f" ({not_done})" if not_done else ""))
         hows.append(how)
     if hows:
@@ -387,8 +388,9 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
 
 def _pair_verdict(claim: Claim, low: float, high: float) -> str:
     """The verdict of one comparison from the interval ``[low, high]`` of ``a - b`` (of logs on the log scale)."""
-    if claim.kind in ("best", "order"):
-        return _place(low, high, *((-math.inf, 0.0) if claim.goal == "min" else (0.0, math.inf)))
+    if claim.kind in ("best", "order"):  # strictly better: a certain tie ([0, 0]) is not "better"
+        lead_low, lead_high = (-high, -low) if claim.goal == "min" else (low, high)
+        return "holds" if lead_low > 0 else "fails" if lead_high <= 0 else "inconclusive"
     if claim.kind == "within":
         t = math.log1p(claim.tolerance) if claim.scale == "log" else claim.tolerance
         return _place(low, high, -t, t)
