@@ -58,6 +58,16 @@ def test_an_exact_tie_is_not_better():
     assert v.verdict == "fails" and "a - b = 0 [0, 0]" in v.lines[0]
 
 
+def test_runs_that_did_not_converge_count_at_an_earlier_round_only():
+    runs = members({("a", 4): LOW, ("b", 4): HIGH}, status={("b", 4, s): "diverged" for s in range(8)})
+    for run in runs:
+        if run["status"] == "diverged":
+            run["error"] = "fednmap did not converge: ||F_nat||^2 ... above stall_factor 0.01"
+    assert C.check([claim(at=10)], runs)[0].verdict == "holds"  # the stalled b ran every round: compared
+    v = C.check([claim(values=["b", "a"])], runs)[0]  # at the end they are not done
+    assert v.verdict == "fails" and "b: 8 of 8 seeds diverged" in v.lines[0]
+
+
 def test_one_failing_setting_fails_the_claim_and_the_setting_is_named():
     runs = members({("a", 4): LOW, ("b", 4): HIGH, ("a", 8): HIGH, ("b", 8): LOW})
     [v] = C.check([claim()], runs)

@@ -37,6 +37,8 @@ whether the differences are of logarithms (ratios) or of values. A comparison *h
 whole interval is on the claimed side, *fails* when its whole interval is on the other side, and
 is *inconclusive* otherwise (or with fewer than 2 seeds). A claimed-better point with diverged
 seeds fails its comparison, and so does an exact tie (a best or order claim is strict). A claim
+``at`` a round before the end also uses the runs that did not converge (divergence
+``stall_factor``): they ran every round, and their values on the way are the evidence. A claim
 fails when one setting fails, holds when all hold, and is inconclusive otherwise.
 """
 
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _short, fit_slope
+from fedopt.sweep.report import LOG_METRICS, STALLED, _final, _fmt, _short, fit_slope
 
 KINDS = ("best", "order", "slope", "ratio", "difference", "within")
 VERDICTS = ("holds", "fails", "inconclusive")
@@ -291,11 +293,19 @@ def _value(run, claim: Claim):
     return value if value is not None and math.isfinite(value) else None
 
 
+def _usable(run, claim: Claim) -> bool:
+    """A done run; for a claim at an earlier round also a run that ran every round and only failed
+    the end-of-run convergence check (``stall_factor``): its values up to the end are what happened."""
+    if run["status"] == "done":
+        return True
+    return claim.at is not None and run["status"] == "diverged" and STALLED in (run.get("error") or "")
+
+
 def _seeds(claim, runs) -> tuple[dict, int, int]:
     """``({seed: value}, diverged, other not done)`` of the runs of one grid point."""
     values, diverged, other = {}, 0, 0
     for run in runs:
-        value = _value(run, claim) if run["status"] == "done" else None
+        value = _value(run, claim) if _usable(run, claim) else None
         if value is not None and (claim.scale == "linear" or value > 0):
             values[run["labels"].get("seed")] = value
         elif run["status"] == "diverged":

@@ -137,7 +137,8 @@ FEDNMAP_SUPPORT = {
         "eta_a = 1/Q and eta_s = 1 for all methods, gamma = 4 (FedNMap)": [
             row("eta_a * Q", 1.0, N_FIG2_STEPS, r"\eta_{a}=1/Q"),
             row("algorithm.lr_server", 1.0, N_FIG2_STEPS, (r"\eta_{s}=1", "across all methods")),
-            row("algorithm.gamma", 4.0, N_FIG2_STEPS, "FedNMap is set to 44", where={"algorithm.name": "fednmap"}),
+            row("algorithm.gamma", 4.0, N_FIG2_STEPS, "FedNMap is set to 44", where={"algorithm.name": "fednmap"},
+                grid="fig2"),
         ],
         "10 trials; metric ||F_nat^gamma(x_t)||^2": [
             *TEN_TRIALS,
@@ -293,9 +294,11 @@ FEDCANON_SUPPORT = {
                 ("FedCanon with FedAvg, SCAFFOLD and SCAFFNEW",)),
             row("regularizer.name", "zero", C_FIG2, "(i.e., h=0h=0)"),
             row("dataset.n_clients", 10, C_FIG2, "(n=10n=10)"),
-            row("K (local steps; Scaffnew: 1 / comm_prob)", 20, C_FIG2, "(K=20K=20)",
-                note="Scaffnew communicates with probability p = 1/K: K local steps on average"),
-            row("rounds", 200, C_FIG2, "(T=200T=200)"),
+            row("K (local steps; Scaffnew: 1 / comm_prob)", 20, C_FIG2, "(K=20K=20)", where={"rounds": 200},
+                note="Scaffnew communicates with probability p = 1/K: K local steps on average; the local-work "
+                     "grid (an ablation) has K = 5"),
+            row("rounds", {200}, C_FIG2, "(T=200T=200)", includes=True,
+                note="the local-work grid (an ablation, K = 5) runs T = 800: the same gradient steps"),
         ],
         "the same learning rate for every method": [
             row("algorithm.lr_local", 0.05, C_FIG2, "the same number of clients (n=10n=10), learning rate",
