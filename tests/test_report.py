@@ -159,18 +159,24 @@ def test_overrides_in_words():
     assert "not recorded" in rep._caution({"unrecorded": "stored by a fedopt that did not record overrides"})
 
 
-def test_figures_label_the_metric_and_carry_the_provenance(store_path, tmp_path, monkeypatch):
+@pytest.fixture
+def drawn(monkeypatch):
+    """The matplotlib figures the report draws, in order (skipped without matplotlib)."""
     pytest.importorskip("matplotlib", reason="the PNG figures need matplotlib (the plot extra)")
     from matplotlib.figure import Figure
 
-    drawn = []
+    figures = []
 
     class Recorded(Figure):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            drawn.append(self)
+            figures.append(self)
 
     monkeypatch.setattr(rep, "_matplotlib", lambda: Recorded)
+    return figures
+
+
+def test_figures_label_the_metric_and_carry_the_provenance(store_path, tmp_path, drawn):
     result = rep.report(store_path, out=tmp_path / "out", stream=io.StringIO())
     assert sorted(p.name for p in result["figures"]) == ["again_curves.png", "speedup_curves.png", "speedup_slope.png"]
     labels = [ax.get_ylabel() for fig in drawn for ax in fig.axes]
@@ -180,22 +186,11 @@ def test_figures_label_the_metric_and_carry_the_provenance(store_path, tmp_path,
     assert rep.metric_label("gap", tex=True) == "gap"
 
 
-def test_a_grids_curves_plot_one_column_against_another(tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib", reason="the PNG figures need matplotlib (the plot extra)")
-    from matplotlib.figure import Figure
-
-    drawn = []
-
-    class Recorded(Figure):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            drawn.append(self)
-
+def test_a_grids_curves_plot_one_column_against_another(tmp_path, drawn):
     text = TOML.replace('name = "again"', 'name = "again"\ncurves = [{ y = "test_accuracy", x = "prox_evals" }]')
     exp = sweep.parse_experiment(text, source="tiny.toml", name="tiny")
     with sweep.Store(tmp_path / "s.db") as store:
         fill(store, exp)
-    monkeypatch.setattr(rep, "_matplotlib", lambda: Recorded)
     result = rep.report(tmp_path / "s.db", out=tmp_path / "out", stream=io.StringIO())
     assert "again_test_accuracy_vs_prox_evals.png" in [p.name for p in result["figures"]]
     (ax,) = drawn[-1].axes

@@ -106,7 +106,7 @@ class Problem(PointArguments):
 
     def blocks(self) -> dict:
         """Named parts of the flat parameter vector, ``{name: (start, shape)}`` in C order: what a
-        regularizer can be restricted to (:func:`fedopt.regularizers.on_block`). None by default."""
+        regularizer can be restricted to (:func:`fedopt.regularizers.on_block`); empty here."""
         return {}
 
     def init(self, seed=None):
