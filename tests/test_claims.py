@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib
 import math
 import re
@@ -165,6 +166,9 @@ def test_sweep_check_and_report_print_the_claims(tmp_path, capsys):
     assert "the paper's claims (1 claim: " in out and "more-clients-lower (Fig. 3: " in out
     [verdict] = sweep.report(store, out=tmp_path / "r", plots=False)["claims"]
     assert code == (CLAIM_FAILED if verdict.verdict == "fails" else 0)
+    with open(tmp_path / "r" / "tiny" / "claims.csv", encoding="utf-8") as handle:  # the verdicts as data too
+        [row] = list(csv.DictReader(handle))
+    assert (row["claim"], row["verdict"]) == ("more-clients-lower", verdict.verdict) and row["settings"]
     assert "paired over 2 seeds" in verdict.lines[0] or "fewer than 2" in verdict.lines[0]
     # edited to document the claim as not reproducing: the stored sweep takes the new text, --check passes
     path.write_text(CLAIMED + 'expected = "fails"\nexplanation = "a documented gap"\n')

@@ -32,7 +32,8 @@ grid, not comparable.
 Claims: an experiment's ``[[claim]]`` tables (:mod:`fedopt.sweep.claims`) are checked against
 the sweep and printed after its tables, each as holds, fails or inconclusive with the statistics
 behind the verdict; on a sweep with overrides each carries the caution that the claim is about
-the paper's setting.
+the paper's setting. ``claims.csv`` beside each experiment's ``summary.csv`` holds the verdicts
+as data.
 
 Figures (PNG, matplotlib, the ``plot`` extra; without it the tables and slopes are still
 printed): per grid, ``GRID_curves.png`` with one panel per setting of the axes other than the
@@ -445,6 +446,11 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
         say(f"-- the paper's claims ({summary(verdicts)})")
         for verdict in verdicts:
             say(textwrap.indent(str(verdict), "   "))
+        path = folder / "claims.csv"
+        _write_csv(path, [{"claim": v.claim.name, "source": v.claim.source, "verdict": v.verdict,
+                           "expected": v.claim.expected or "", "unexpected_failure": v.unexpected_failure,
+                           "settings": " | ".join(v.lines)} for v in verdicts])
+        result["tables"].append(path)
     path = folder / "summary.csv"
     _write_csv(path, csv_rows)
     result["tables"].append(path)
