@@ -1,0 +1,248 @@
+"""Where the runs of a sweep execute: this process, a local process pool, or a Dask cluster.
+
+A runner takes specs (``submit``), gives back ``(spec, record)`` pairs as runs finish
+(``wait``), and stops its workers at once (``stop``) or after the runs in flight (``close``);
+``capacity`` is how many runs it keeps in flight. What each executor does (threads per worker,
+start method, workers that exit with their owner) is described in :mod:`fedopt.sweep.execute`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import traceback
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+#: Seconds to reach a Dask scheduler before giving up.
+DASK_CONNECT_TIMEOUT = 5.0
+
+
+def make_runner(executor, workers, todo, scheduler, dask_processes, claims, run):
+    """The runner of ``executor`` for ``todo`` runs; ``run(config) -> record`` executes one run."""
+    if executor == "serial":
+        return _Serial(claims, run)
+    if executor == "local":
+        return _Local(min(int(workers or os.cpu_count() or 1), todo), run)
+    return _Dask(workers, scheduler, dask_processes, run)
+
+
+class _Serial:
+    """Runs one spec at a time in this process, renewing the leases between evaluations."""
+
+    capacity = 1
+
+    def __init__(self, claims, run):
+        self.claims, self.run, self.queue = claims, run, deque()
+
+    def submit(self, spec):
+        self.queue.append(spec)
+
+    def wait(self, timeout):
+        if not self.queue:
+            return []
+        spec = self.queue.popleft()
+        return [(spec, self.run(spec.config, callback=self.claims.renew_callback))]
+
+    def stop(self):
+        self.queue.clear()
+
+    def close(self):
+        self.queue.clear()
+
+
+class _Local:
+    """A pool of ``workers`` processes (see the module docstring)."""
+
+    def __init__(self, workers: int, run):
+        threads = 1 if workers > 1 else None
+        self.run = run
+        self.capacity = 2 * workers
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_worker_init,
+                                        initargs=(threads, os.getpid(), _start_time(os.getpid())))
+        self.futures: dict = {}
+
+    def submit(self, spec):
+        self.futures[self.pool.submit(self.run, spec.config)] = spec
+
+    def wait(self, timeout):
+        done, _ = wait(self.futures, timeout=timeout, return_when=FIRST_COMPLETED)
+        out = []
+        for future in done:
+            spec = self.futures.pop(future)
+            try:
+                record = future.result()
+            except Exception:  # a worker died (out of memory, segfault): store and go on
+                record = {"status": "failed", "history": None, "error": traceback.format_exc()[-8000:]}
+            out.append((spec, record))
+        return out
+
+    def stop(self):
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:  # the workers this pool started
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+
+    def close(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init(threads: int | None, owner: int | None = None, owner_start: str | None = None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner handles Ctrl-C and stops the workers
+    if owner is not None:
+        threading.Thread(target=_exit_with_owner, args=(owner, owner_start), daemon=True,
+                         name="fedopt-owner-watch").start()
+    if threads:
+        os.environ["NUMBA_NUM_THREADS"] = str(threads)  # before numba is imported here, when it is not yet
+        try:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(threads)
+        except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
+            pass
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+
+
+def _exit_with_owner(pid: int, start: str | None, every: float = 0.5) -> None:
+    """Exit this worker as soon as the process ``pid`` that owns it is gone (killed without stopping it).
+
+    A pool worker otherwise waits for work forever: it holds both ends of its call queue's pipe, so
+    it never sees the owner's end close.
+    """
+    while _alive(pid, start):
+        time.sleep(every)
+    os._exit(1)
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    """Whether ``pid`` is a live process (not a zombie) started at ``start`` (its /proc start time, when known)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process took the pid
+        return False
+    stat = _proc_stat(pid)
+    if stat is None:  # no /proc: trust kill()
+        return True
+    state, started = stat
+    return state not in ("Z", "X") and (start is None or started == start)
+
+
+def _proc_stat(pid: int):
+    """``(state, start time)`` of ``pid`` from ``/proc/PID/stat``, or None where that is unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[0], fields[19]
+
+
+def _start_time(pid: int) -> str | None:
+    stat = _proc_stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _context():
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+# -------------------------------------------------------------------------------------------- dask
+def _dask_worker_setup():
+    """Run on every Dask worker: one Numba/BLAS thread per worker thread slot."""
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except ImportError:  # pragma: no cover
+        pass
+    import numba
+
+    numba.set_num_threads(1)
+    return os.getpid()
+
+
+class _Dask:
+    """Runs on a Dask cluster: an existing one at ``scheduler`` or a LocalCluster started here."""
+
+    def __init__(self, workers, scheduler, processes, run):
+        self.run = run
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as err:
+            raise RuntimeError("--executor dask needs Dask's distributed scheduler: pip install "
+                               "'fedopt[distributed]'") from err
+        self.cluster = None
+        if scheduler is None:
+            n = max(1, int(workers or os.cpu_count() or 1))
+            where = {"host": "127.0.0.1"} if processes else {}  # loopback TCP; threads talk in-process
+            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes,
+                                        dashboard_address=None, **where)
+            self.client = Client(self.cluster)
+            if processes:
+                self.client.run(_dask_worker_setup)
+        else:
+            self.client = connect(scheduler)
+        self.capacity = 2 * max(1, sum(self.client.nthreads().values()))
+        self.futures: dict = {}
+
+    def submit(self, spec):
+        future = self.client.submit(self.run, spec.config, key=f"fedopt-run-{spec.key}", pure=False)
+        self.futures[future] = spec
+
+    def wait(self, timeout):
+        from distributed import wait as dask_wait
+
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):  # distinct types before Python 3.11
+            dask_wait(list(self.futures), timeout=timeout, return_when="FIRST_COMPLETED")
+        out = []
+        for future in [f for f in self.futures if f.done()]:
+            spec = self.futures.pop(future)
+            try:
+                record = future.result()
+            except Exception:  # a lost worker: store and go on
+                record = {"status": "failed", "history": None, "error": traceback.format_exc()[-8000:]}
+            future.release()
+            out.append((spec, record))
+        return out
+
+    def stop(self):
+        with contextlib.suppress(Exception):
+            self.client.cancel(list(self.futures))
+        self.futures.clear()
+        self.close()
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+
+def connect(scheduler: str, timeout: float = DASK_CONNECT_TIMEOUT):
+    """A ``distributed.Client`` on the scheduler at ``scheduler``; RuntimeError naming it when it is not reached."""
+    from distributed import Client
+
+    try:
+        return Client(scheduler, timeout=timeout)
+    except (OSError, TimeoutError, asyncio.TimeoutError) as err:
+        raise RuntimeError(f"cannot reach the Dask scheduler at {scheduler} within {timeout:g} s ({err}); start "
+                           "it with `dask scheduler` on that machine, or check the address and the firewall") \
+            from None
+
+
+__all__ = ["DASK_CONNECT_TIMEOUT", "connect", "make_runner"]
