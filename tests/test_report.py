@@ -181,6 +181,7 @@ def test_figures_label_the_metric_and_carry_the_provenance(store_path, tmp_path,
     assert sorted(p.name for p in result["figures"]) == ["again_curves.png", "speedup_curves.png", "speedup_slope.png"]
     labels = [ax.get_ylabel() for fig in drawn for ax in fig.axes]
     assert labels.count(r"$\|F_{nat}(x_t)\|^2$") == 2 and labels.count(r"final $\|F_{nat}(x_t)\|^2$") == 1
+    assert {ax.get_yscale() for fig in drawn for ax in fig.axes} == {"log"}  # a grid's metric on a log axis
     for fig in drawn:
         assert any(t.get_text().startswith("tiny sweep ") and "as written" in t.get_text() for t in fig.texts)
     assert rep.metric_label("gap", tex=True) == "gap"

@@ -591,18 +591,20 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes, footer=""
     its ``curves``, and ``GRID_slope.png`` for a grid with a slope."""
     metric = grid.get("metric") or "stationarity"
     files = [_plot_curves(Figure, folder / f"{grid['name']}_curves.png", experiment, grid, points, metric, "round",
-                          footer)]
+                          True, footer)]
     for curve in grid.get("curves") or []:
         path = folder / f"{grid['name']}_{curve['y']}_vs_{curve['x']}.png"
-        files.append(_plot_curves(Figure, path, experiment, grid, points, curve["y"], curve["x"], footer))
+        files.append(_plot_curves(Figure, path, experiment, grid, points, curve["y"], curve["x"],
+                                  curve["y"] in LOG_METRICS, footer))
     if slopes:
         files.append(_plot_slopes(Figure, folder, grid, points, slopes, metric, metric_label(metric, tex=True), footer))
     return files
 
 
-def _plot_curves(Figure, path, experiment, grid, points, y, x, footer):
+def _plot_curves(Figure, path, experiment, grid, points, y, x, log, footer):
     """One panel per setting of the axes other than ``lines``: the mean over seeds of column ``y``
-    against the mean of column ``x`` at each evaluation, with the min-max band of ``y``."""
+    (on a log axis when ``log``) against the mean of column ``x`` at each evaluation, with the
+    min-max band of ``y``."""
     varied = grid["varied"]
     lines_axis = grid.get("lines") or ("algorithm.name" if "algorithm.name" in varied else
                                       (varied[0] if varied else None))
@@ -630,7 +632,7 @@ def _plot_curves(Figure, path, experiment, grid, points, y, x, footer):
             (line,) = ax.plot(xs, values.mean(0), label=legend, lw=1.5)
             if len(curves) > 1:
                 ax.fill_between(xs, values.min(0), values.max(0), color=line.get_color(), alpha=0.15, lw=0)
-        if y in LOG_METRICS:
+        if log:
             ax.set_yscale("log")
         ax.set_xlabel(AXIS_LABELS.get(x, x))
         ax.set_ylabel(metric_label(y, tex=True))
