@@ -87,6 +87,10 @@ class Result:
         return None if self.state.z is None else self.state.env.problem.backend.to_numpy(self.state.z)
 
 
+#: Evaluations in the second half of a run that the stall rule needs to call it still descending.
+STEADY_EVALUATIONS = 5
+
+
 @dataclass(frozen=True)
 class Divergence:
     """When :func:`run` stops a run as diverged, besides NaN or inf (which always stop it).
@@ -103,10 +107,12 @@ class Divergence:
       row. Healthy runs started at ``x0 = 0`` can see their stationarity grow by orders of
       magnitude early on, hence the floor, the patience and the default off.
     * stalled (off by default; checked once, after the last round): ``||F_nat(x_T)||^2 >
-      stall_factor * ||F_nat(x_0)||^2``. Such a run neither blew up nor converged: it oscillates,
-      typically with a step too large to settle, and must not pass as done. ``stall_factor =
-      1e-2`` asks the run to end two orders of magnitude below its start. A run stopped by ``tol``
-      has converged and is not checked.
+      stall_factor * ||F_nat(x_0)||^2`` while the run no longer descends: its objective fell at
+      fewer than nine in ten of the evaluations of the second half of the run. Such a run neither blew
+      up nor converged: it oscillates, typically with a step too large to settle, and must not pass
+      as done. A run above the factor whose objective still falls steadily is slow, not stalled,
+      and stays done with its values. ``stall_factor = 1e-2`` asks the run to end two orders of
+      magnitude below its start. A run stopped by ``tol`` has converged and is not checked.
 
     ``None`` as a factor switches that rule off.
     """
@@ -181,9 +187,14 @@ class Divergence:
         first, last = history.rows[0], history.rows[-1]
         if self.stall_factor is None or not last["stationarity"] > self.stall_factor * first["stationarity"]:
             return None
+        tail = [row["objective"] for row in history.rows[len(history) // 2:]]
+        falls = sum(b < a for a, b in itertools.pairwise(tail))
+        if len(tail) >= STEADY_EVALUATIONS and falls >= 0.9 * (len(tail) - 1):
+            return None  # still descending steadily: slow, not stalled
         return (f"||F_nat||^2 {last['stationarity']:.4g} at its last round {last['round']} is "
                 f"{last['stationarity'] / first['stationarity']:.3g} x its round-{first['round']} value "
-                f"{first['stationarity']:.4g}, above stall_factor {self.stall_factor:g}")
+                f"{first['stationarity']:.4g}, above stall_factor {self.stall_factor:g}, and its objective fell at "
+                f"only {falls} of the last {len(tail) - 1} evaluations")
 
 
 def _number(value) -> bool:

@@ -63,19 +63,25 @@ def test_a_healthy_run_is_untouched(digits):
     assert growth.history["round"][-1] == 20
 
 
-def test_a_run_that_ends_without_converging_stops_as_stalled_with_its_whole_history(digits):
+def test_a_run_that_oscillates_without_converging_stops_as_stalled_with_its_whole_history(digits):
     stall = {"stall_factor": 0.1}
-    with pytest.raises(DivergenceError) as info:  # a step far too small to get anywhere in 20 rounds
-        default_run(digits, 1e-4, divergence=stall)
+    with pytest.raises(DivergenceError) as info:  # a step too large to settle, not large enough to blow up
+        default_run(digits, 2.0, rounds=40, eval_every=2, divergence=stall)
     error, history = info.value, info.value.result.history
-    assert error.rule == "stalled" and history["round"][-1] == 20
+    assert error.rule == "stalled" and history["round"][-1] == 40
     assert history["stationarity"][-1] > 0.1 * history["stationarity"][0]
     assert "fednmap did not converge: ||F_nat||^2" in str(error) and "above stall_factor 0.1" in str(error)
-    assert "run more rounds" in str(error)
+    assert "its objective fell at only" in str(error) and "run more rounds" in str(error)
+    # a small step crawls: above the factor, but its objective falls at every evaluation, so it is slow, not stalled
+    slow = default_run(digits, 1e-2, rounds=40, eval_every=2, divergence=stall)
+    assert slow.history["stationarity"][-1] > 0.1 * slow.history["stationarity"][0]
+    assert (np.diff(slow.history["objective"]) < 0).all()
+    with pytest.raises(DivergenceError, match="fell at only 0 of the last 10"):  # one too small never moves x
+        default_run(digits, 1e-4, rounds=40, eval_every=2, divergence=stall)
     healthy = default_run(digits, 0.1, divergence=stall)
     assert healthy.history["stationarity"][-1] < 0.1 * healthy.history["stationarity"][0]
-    start = default_run(digits, 1e-4, rounds=0).history["stationarity"][0]
-    stopped = default_run(digits, 1e-4, divergence=stall, tol=start)  # converged by tol at round 0: not checked
+    start = default_run(digits, 2.0, rounds=0).history["stationarity"][0]
+    stopped = default_run(digits, 2.0, divergence=stall, tol=start)  # converged by tol at round 0: not checked
     assert stopped.converged
 
 
