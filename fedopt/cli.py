@@ -266,6 +266,7 @@ def _report(args) -> int:
 
 
 def _store(args) -> int:
+    from fedopt.sweep.report import sweep_line
     from fedopt.sweep.store import Store
 
     if args.action == "rm":
@@ -281,7 +282,7 @@ def _store(args) -> int:
             sweeps = store.sweeps()
             print(f"{len(sweeps)} sweeps in {args.store} (the latest of each experiment is what `fedopt report` shows)")
             for sweep in sweeps:
-                print("    " + _sweep_line(sweep))
+                print("    " + sweep_line(sweep, experiment=True))
             return 0
         sweep = store.sweep(args.sweep) if args.sweep else None
         for item in [sweep] if sweep else store.sweeps():
@@ -307,19 +308,10 @@ def _data(args) -> int:
     return 0
 
 
-def _sweep_line(sweep) -> str:
-    import datetime
-
-    from fedopt.sweep.report import overrides_text
-
-    counts = ", ".join(f"{n} {status}" for status, n in sweep["counts"].items() if n)
-    date = datetime.datetime.fromtimestamp(sweep["updated"]).strftime("%Y-%m-%d %H:%M")
-    return (f"{sweep['id'][:12]}  {sweep['experiment']:24s} {date}  {sweep['runs']:6d} runs ({counts})  "
-            f"{overrides_text(sweep['overrides'])}")
-
-
 def _show_sweep(store, sweep) -> None:
-    print(_sweep_line(sweep))
+    from fedopt.sweep.report import sweep_line
+
+    print(sweep_line(sweep, experiment=True))
     for key, value in sweep["provenance"].items():
         print(f"    {key}: {value}")
     for grid in sweep["meta"].get("grids", []):

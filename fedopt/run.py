@@ -89,6 +89,8 @@ class Result:
 
 #: Evaluations in the second half of a run that the stall rule needs to call it still descending.
 STEADY_EVALUATIONS = 5
+#: The verdict in the message of a run the stall rule stopped (reports find those runs by it).
+STALLED = "did not converge"
 
 
 @dataclass(frozen=True)
@@ -315,8 +317,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
                       "rule: divergence={...} or divergence=None in fedopt.run, [run.divergence] or "
                       "[run] divergence = false in an experiment file, --set divergence=false on the command line.")
         if kind == "stalled":
-            verdict, fix = "did not converge", ("change the step sizes (too large oscillates, too small crawls), run "
-                                                "more rounds")
+            verdict, fix = STALLED, "change the step sizes (too large oscillates, too small crawls), run more rounds"
         else:
             verdict, fix = "diverged", "reduce the step sizes (lr_local, lr_server)"
         raise DivergenceError(f"{method.name} {verdict}: {what}. To fix it, {fix} or check the data; {advice}",
@@ -354,4 +355,4 @@ def _count(name, value, minimum):
     return int(value)
 
 
-__all__ = ["COLUMNS", "Divergence", "DivergenceError", "History", "Result", "run"]
+__all__ = ["COLUMNS", "STALLED", "Divergence", "DivergenceError", "History", "Result", "run"]

@@ -42,6 +42,17 @@ def write_mnist(folder, suffix="", n_train=40, n_test=12, seed=0):
     return arrays
 
 
+def fake_openml(pixels, labels, calls):
+    """A stand-in for ``sklearn.datasets.fetch_openml`` that records its calls in ``calls``."""
+    from sklearn.utils import Bunch
+
+    def fetch_openml(name, **kwargs):
+        calls.append((name, kwargs))
+        return Bunch(data=pixels, target=labels)
+
+    return fetch_openml
+
+
 # ------------------------------------------------------------------------------------------ IDX
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 @pytest.mark.parametrize("dtype, shape", [("uint8", (5, 28, 28)), ("int8", (7,)), ("int16", (3, 4)),
@@ -173,18 +184,12 @@ def test_mnist_cache_honours_fedopt_data_and_cache_dir(tmp_path, monkeypatch):
 def test_download_fetches_once_and_caches_idx_files(tmp_path, monkeypatch):
     # Prepare: a stand-in for OpenML's mnist_784 (float pixels, string labels; train rows first)
     import sklearn.datasets
-    from sklearn.utils import Bunch
 
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, (70, 784)).astype(np.float64)
     labels = np.array([str(i % 10) for i in range(70)], dtype=object)
     calls = []
-
-    def fake_fetch_openml(name, **kwargs):
-        calls.append((name, kwargs))
-        return Bunch(data=pixels, target=labels)
-
-    monkeypatch.setattr(sklearn.datasets, "fetch_openml", fake_fetch_openml)
+    monkeypatch.setattr(sklearn.datasets, "fetch_openml", fake_openml(pixels, labels, calls))
     monkeypatch.setattr(loaders, "_MNIST_TRAIN_SIZE", 60)
     monkeypatch.setenv("FEDOPT_DATA", str(tmp_path))
     # Execute

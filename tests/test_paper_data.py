@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file
-from test_loaders import write_mnist
+from test_loaders import fake_openml, write_mnist
 
 from fedopt.datasets import PAPER_DATA, catalog, load_a9a, load_fashion_mnist, load_mnist, loaders
 from fedopt.datasets.loaders import A9A_FILES, MNIST_FILES
@@ -37,16 +37,6 @@ def write_a9a(folder, n_train=12, n_test=6, seed=0, suffix=""):
         dump_svmlight_file(sp.csr_matrix(features), labels, text, zero_based=False)
         (folder / (name + suffix)).write_bytes(compress(text.getvalue()))
     return X, y, X_test, y_test
-
-
-def fake_openml(pixels, labels, calls):
-    from sklearn.utils import Bunch
-
-    def fetch_openml(name, **kwargs):
-        calls.append((name, kwargs))
-        return Bunch(data=pixels, target=labels)
-
-    return fetch_openml
 
 
 # --------------------------------------------------------------------------------- Fashion-MNIST

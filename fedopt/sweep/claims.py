@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedopt.sweep.report import LOG_METRICS, STALLED, _final, _fmt, _short, fit_slope
+from fedopt.run import STALLED
+from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _short, fit_slope
 
 KINDS = ("best", "order", "slope", "ratio", "difference", "within")
 VERDICTS = ("holds", "fails", "inconclusive")
@@ -120,6 +121,11 @@ def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> C
     ``grids`` maps the experiment's grid names to their :class:`~fedopt.sweep.config.Grid`;
     ``columns`` are the history columns its methods record.
     """
+    from fedopt.sweep.config import _is_number  # config imports this module
+
+    def _number(value) -> bool:
+        return _is_number(value) and not math.isnan(value)
+
     def fail(message, key):
         return error(message, f"claim[{index}].{key}")
 
@@ -196,10 +202,6 @@ def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> C
             raise fail("a claim documented as not reproducing needs explanation = \"why\"", "explanation")
     claim.explanation = str(table.get("explanation", ""))
     return claim
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
 def from_dict(data: dict) -> Claim:

@@ -60,6 +60,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedopt.run import STALLED
+
 #: History columns shown and compared on the log scale (they shrink by orders of magnitude).
 LOG_METRICS = ("stationarity", "normal_map", "gap", "gap_bound", "distance", "consensus")
 #: Axis labels of the history columns a figure can plot against.
@@ -70,8 +72,6 @@ PLOT_HINT = "matplotlib is not installed, so no PNG figures: pip install 'fedopt
 #: Overrides that do not change what a run computes (where it ran), so leave a sweep comparable to the paper.
 NEUTRAL_OVERRIDES = ("backend",)
 NOT_DONE = ("diverged", "failed", "missing")
-#: What the error of a run stopped by the divergence rule's ``stall_factor`` says (see fedopt.run.Divergence).
-STALLED = "did not converge"
 #: History columns of some methods that get a column of the table when the runs record them
 #: (the decentralized methods' consensus error ``sum_i ||x_i - xbar||^2``).
 EXTRA_COLUMNS = ("consensus",)
@@ -188,9 +188,11 @@ def _date(seconds) -> str:
     return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M")
 
 
-def _sweep_line(sweep: dict) -> str:
+def sweep_line(sweep: dict, experiment: bool = False) -> str:
+    """One line of a stored sweep: id, (experiment,) date, runs by status, overrides."""
     counts = ", ".join(f"{n} {status}" for status, n in sweep["counts"].items() if n) or "nothing stored"
-    return (f"{sweep['id'][:12]}  {_date(sweep['updated'])}  {sweep['runs']} runs ({counts})  "
+    name = f"{sweep['experiment']:24s} " if experiment else ""
+    return (f"{sweep['id'][:12]}  {name}{_date(sweep['updated'])}  {sweep['runs']} runs ({counts})  "
             f"{overrides_text(sweep['overrides'])}")
 
 
@@ -406,7 +408,7 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
         say(f"   {len(others)} other sweep{'s' * (len(others) != 1)} of {item['experiment']} in this store "
             f"(report one with `fedopt report {db.path} --sweep ID`):")
         for other in others:
-            say(f"      {_sweep_line(other)}")
+            say(f"      {sweep_line(other)}")
     footer = f"{item['experiment']} {provenance_line(item)}"
     caution = _caution(item.get("overrides") or {})
     grids = {g["name"]: g for g in meta.get("grids", [])}
@@ -700,4 +702,4 @@ def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
 
 
 __all__ = ["PLOT_HINT", "Slope", "check_claims", "export", "fit_slope", "metric_label", "overrides_text",
-           "provenance_line", "report"]
+           "provenance_line", "report", "sweep_line"]
