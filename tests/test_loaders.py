@@ -42,17 +42,6 @@ def write_mnist(folder, suffix="", n_train=40, n_test=12, seed=0):
     return arrays
 
 
-def fake_openml(pixels, labels, calls):
-    """A stand-in for ``sklearn.datasets.fetch_openml`` that records its calls in ``calls``."""
-    from sklearn.utils import Bunch
-
-    def fetch_openml(name, **kwargs):
-        calls.append((name, kwargs))
-        return Bunch(data=pixels, target=labels)
-
-    return fetch_openml
-
-
 # ------------------------------------------------------------------------------------------ IDX
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 @pytest.mark.parametrize("dtype, shape", [("uint8", (5, 28, 28)), ("int8", (7,)), ("int16", (3, 4)),
@@ -179,30 +168,6 @@ def test_mnist_cache_honours_fedopt_data_and_cache_dir(tmp_path, monkeypatch):
         load_mnist(cache_dir=tmp_path / "explicit")
     monkeypatch.delenv("FEDOPT_DATA")
     assert loaders.data_home() == Path("~/.cache/fedopt").expanduser()
-
-
-def test_download_fetches_once_and_caches_idx_files(tmp_path, monkeypatch):
-    # Prepare: a stand-in for OpenML's mnist_784 (float pixels, string labels; train rows first)
-    import sklearn.datasets
-
-    rng = np.random.default_rng(0)
-    pixels = rng.integers(0, 256, (70, 784)).astype(np.float64)
-    labels = np.array([str(i % 10) for i in range(70)], dtype=object)
-    calls = []
-    monkeypatch.setattr(sklearn.datasets, "fetch_openml", fake_openml(pixels, labels, calls))
-    monkeypatch.setattr(loaders, "_MNIST_TRAIN_SIZE", 60)
-    monkeypatch.setenv("FEDOPT_DATA", str(tmp_path))
-    # Execute
-    ds = load_mnist(n_clients=3, download=True)
-    # Assert: fetched once into the cache, saved as IDX, then read offline
-    assert [name for name, _ in calls] == ["mnist_784"] and calls[0][1]["data_home"] == str(tmp_path)
-    assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(f + ".gz" for f in MNIST_FILES.values())
-    assert ds.n_samples == 60 and ds.X_test.shape == (10, 784)
-    np.testing.assert_array_equal(ds.X_test, pixels[60:].astype(np.uint8))
-    np.testing.assert_array_equal(ds.classes[ds.y_test], np.arange(60, 70) % 10)
-    again = load_mnist(n_clients=3, download=True)
-    assert len(calls) == 1
-    np.testing.assert_array_equal(again.X, ds.X)
 
 
 # ------------------------------------------------------------------------------------- svmlight

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file
-from test_loaders import fake_openml, write_mnist
+from test_loaders import write_mnist
 
 from fedopt.datasets import PAPER_DATA, catalog, load_a9a, load_fashion_mnist, load_mnist, loaders
 from fedopt.datasets.loaders import A9A_FILES, MNIST_FILES
@@ -37,6 +37,17 @@ def write_a9a(folder, n_train=12, n_test=6, seed=0, suffix=""):
         dump_svmlight_file(sp.csr_matrix(features), labels, text, zero_based=False)
         (folder / (name + suffix)).write_bytes(compress(text.getvalue()))
     return X, y, X_test, y_test
+
+
+def fake_openml(pixels, labels, calls):
+    """A stand-in for ``sklearn.datasets.fetch_openml`` that records its calls in ``calls``."""
+    from sklearn.utils import Bunch
+
+    def fetch_openml(name, **kwargs):
+        calls.append((name, kwargs))
+        return Bunch(data=pixels, target=labels)
+
+    return fetch_openml
 
 
 # --------------------------------------------------------------------------------- Fashion-MNIST
@@ -77,28 +88,37 @@ def test_missing_fashion_mnist_files_name_the_folder_files_and_ways_to_get_them(
         load_fashion_mnist(cache_dir=tmp_path / "empty")
 
 
-def test_fashion_mnist_download_saves_idx_files_then_works_offline(tmp_path, monkeypatch):
-    # Prepare: a stand-in for OpenML's Fashion-MNIST (float pixels, string labels; train rows first)
+@pytest.mark.parametrize("load, openml_name, folder, n_train, via_env", [
+    (load_mnist, "mnist_784", "mnist", 60, True), (load_fashion_mnist, "Fashion-MNIST", "fashion-mnist", 20, False)])
+def test_download_saves_idx_files_once_then_works_offline(load, openml_name, folder, n_train, via_env, tmp_path,
+                                                          monkeypatch):
+    # Prepare: a stand-in for OpenML's data set (float pixels, string labels; train rows first), the cache
+    # named by FEDOPT_DATA or by cache_dir
     import sklearn.datasets
 
     rng = np.random.default_rng(0)
-    pixels = rng.integers(0, 256, (30, 784)).astype(np.float64)
-    labels = np.array([str(i % 10) for i in range(30)], dtype=object)
+    n = n_train + 10
+    pixels = rng.integers(0, 256, (n, 784)).astype(np.float64)
+    labels = np.array([str(i % 10) for i in range(n)], dtype=object)
     calls = []
     monkeypatch.setattr(sklearn.datasets, "fetch_openml", fake_openml(pixels, labels, calls))
-    monkeypatch.setattr(loaders, "_MNIST_TRAIN_SIZE", 20)
+    monkeypatch.setattr(loaders, "_MNIST_TRAIN_SIZE", n_train)
+    if via_env:
+        monkeypatch.setenv("FEDOPT_DATA", str(tmp_path))
+    where = {} if via_env else {"cache_dir": tmp_path}
     # Execute
-    ds = load_fashion_mnist(n_clients=2, cache_dir=tmp_path, download=True)
-    # Assert: fetched once by its OpenML name, saved as gzipped IDX, then read without fetching
-    assert [name for name, _ in calls] == ["Fashion-MNIST"] and calls[0][1]["version"] == 1
+    ds = load(n_clients=2, download=True, **where)
+    # Assert: fetched once by its OpenML name into the cache, saved as gzipped IDX, then read without fetching
+    assert [name for name, _ in calls] == [openml_name] and calls[0][1]["version"] == 1
     assert calls[0][1]["data_home"] == str(tmp_path)
-    saved = sorted(p.name for p in (tmp_path / "fashion-mnist").iterdir())
+    saved = sorted(p.name for p in (tmp_path / folder).iterdir())
     assert saved == sorted(f + ".gz" for f in MNIST_FILES.values())
-    assert ds.n_samples == 20 and ds.X_test.shape == (10, 784)
-    np.testing.assert_array_equal(ds.X_test, pixels[20:].astype(np.uint8))
-    np.testing.assert_array_equal(ds.classes[ds.y_test], np.arange(20, 30) % 10)
-    again = load_fashion_mnist(n_clients=2, cache_dir=tmp_path)
+    assert ds.n_samples == n_train and ds.X_test.shape == (10, 784)
+    np.testing.assert_array_equal(ds.X_test, pixels[n_train:].astype(np.uint8))
+    np.testing.assert_array_equal(ds.classes[ds.y_test], np.arange(n_train, n) % 10)
+    offline, again = load(n_clients=2, **where), load(n_clients=2, download=True, **where)
     assert len(calls) == 1
+    np.testing.assert_array_equal(offline.X, ds.X)
     np.testing.assert_array_equal(again.X, ds.X)
 
 
