@@ -16,12 +16,17 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("algorithms", "datasets", "estimators", "kernels", "metrics", "problems", "regularizers")
 
-__all__ = ["Divergence", "DivergenceError", "__version__", "available_backends", "get_backend", "run", *_SUBMODULES]
+__all__ = ["Divergence", "DivergenceError", "__version__", "available_backends", "get_backend", "run", "run_batch",
+           *_SUBMODULES]
 
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f"fedopt.{name}")
+    if name == "run_batch":
+        from fedopt.batch import run_batch
+
+        return run_batch
     if name in ("get_backend", "available_backends"):
         from fedopt import _backend
 

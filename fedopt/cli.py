@@ -214,7 +214,7 @@ def _sweep(args) -> int:
                          "then run it with --yes")
     with Store(store_path) as store:
         summary = run_sweep(exp, store, executor=args.executor, workers=args.workers, scheduler=args.scheduler,
-                            resume=args.resume, retry_failed=args.retry_failed, lease=args.lease)
+                            resume=args.resume, retry_failed=args.retry_failed, lease=args.lease, batch=args.batch)
     print(summary, flush=True)
     if summary.interrupted:
         return 143 if summary.signal == "SIGTERM" else 130
@@ -332,12 +332,13 @@ def _bench(args) -> int:
     if args.list:
         return _bench_list()
     if args.sweep:
-        from fedopt.sweep.bench import bench_sweep, sweep_breakdown
+        from fedopt.sweep.bench import bench_batch, bench_sweep, sweep_breakdown
 
         rows = bench_sweep(workers=args.workers or [1, 2], experiment=args.experiment, rounds=args.rounds,
                            seeds=args.seeds)
         breakdown = sweep_breakdown(args.experiment, rounds=args.rounds, seeds=args.seeds) if args.breakdown else None
-        _bench_json(args.json, {"sweep": rows, "breakdown": breakdown})
+        batched = bench_batch(runs=args.batch_runs) if args.batch_runs else None
+        _bench_json(args.json, {"sweep": rows, "breakdown": breakdown, "batch": batched})
         return 0
     if args.startup:
         from fedopt.bench import import_seconds, startup_seconds
@@ -450,7 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "fails that the experiment does not document")
     sweep.add_argument("--lease", type=float, default=60.0, metavar="SECONDS",
                        help="how long a claim on a run outlives a process that stopped renewing it (default 60): "
-                            "several sweeps on one store share its runs")
+                            "several sweeps on one store share its runs; --executor serial renews it only between "
+                            "batches, so a batch there should finish within it")
+    sweep.add_argument("--batch", type=_batch, default="auto", metavar="auto|N|off",
+                       help="run compatible runs (other seeds, real hyperparameters, regularization strengths) "
+                            "together as one batch: auto (default) cuts each group into ceil(size / workers) runs "
+                            "at most (and at most 64), N into at most N; off runs each run alone")
     sweep.set_defaults(handler=_sweep)
 
     rep = commands.add_parser("report", help="tables, PNG figures and fitted slopes of a store")
@@ -495,6 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=int, nargs="+", help="worker counts for --sweep (default 1 2)")
     bench.add_argument("--rounds", type=int, help="shorten the --sweep experiment to this many rounds")
     bench.add_argument("--seeds", type=int, help="keep the first SEEDS seeds of the --sweep experiment")
+    bench.add_argument("--batch-runs", type=int, default=64, metavar="R",
+                       help="with --sweep: also R FedNMap runs at the sweep shape one at a time, as one batch and "
+                            "as the fused kernel alone (0: skip)")
     bench.add_argument("--breakdown", action="store_true",
                        help="with --sweep: also run it serially and split the time (compile, data, rounds, "
                             "metrics, store)")
@@ -521,6 +530,16 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value
+
+
+def _batch(text: str):
+    from fedopt.sweep.batching import batch_option
+
+    try:
+        return batch_option(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be auto, off or an integer >= 1 (the most runs in one batch), "
+                                         f"got {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

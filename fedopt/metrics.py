@@ -52,3 +52,33 @@ def evaluate(problem, regularizer, x, z=None, gamma: float = 1.0) -> dict:
         "nnz": int(np.count_nonzero(host)),
         "hoyer": hoyer(host),
     }
+
+
+def evaluate_runs(problem, regularizer, X, Z=None, gamma=1.0) -> list[dict]:
+    """:func:`evaluate` for every run of a batch (:mod:`fedopt.batch`): ``X`` and ``Z`` are the runs'
+    ``(R, 1, p)`` server points, ``problem`` and ``regularizer`` the batch's, ``gamma`` a float or
+    an ``(R, 1, 1)`` array. One oracle pass over all runs' clients; the sums are per run."""
+    count = X.shape[0]
+    losses, grad = problem.loss_grad(X)
+    xp = problem.backend.xp
+
+    def per_run_sum(A):
+        return problem.backend.to_numpy((A**2).reshape(count, -1).sum(axis=1))
+
+    stationarity = per_run_sum(natural_map(problem, regularizer, X, gamma, grad))
+    normal = np.full(count, math.nan)
+    if Z is not None:
+        prox_z = regularizer.prox(Z, gamma)
+        grad_z = grad if bool(xp.array_equal(prox_z, X)) else problem.grad(prox_z)
+        normal = per_run_sum(grad_z + (Z - prox_z) / gamma)
+    values = regularizer.value(X)
+    host = problem.backend.to_numpy(X).reshape(count, -1)
+    single = problem.problem
+    return [{
+        "stationarity": float(stationarity[r]),
+        "normal_map": float(normal[r]),
+        "objective": losses[r] + values[r],
+        "test_accuracy": single.accuracy(X[r, 0]) if single.is_classifier else math.nan,
+        "nnz": int(np.count_nonzero(host[r])),
+        "hoyer": hoyer(host[r]),
+    } for r in range(count)]

@@ -147,6 +147,22 @@ class Regularizer:
             bk.kernels.prox_elementwise(z2, kind, theta, w, out2)
         return out
 
+    def separable(self, steps, backend: Backend, dtype) -> tuple[int, np.ndarray, Any] | None:
+        """``(kind, thetas, w)``: ``prox_{steps[l] phi}`` for every local step ``l`` in the element-wise
+        form of :mod:`fedopt.kernels` (``thetas[l]`` the parameters of step ``l``), or None for a
+        row-wise prox (group lasso, simplex, ...). What the fused local loops take."""
+        forms = {step: self._elementwise(float(step), backend, dtype) for step in set(steps)}
+        if any(form is None for form in forms.values()):
+            return None
+        kind, theta, w = next(iter(forms.values()))
+        thetas = np.empty((len(steps), len(theta)))
+        if len(forms) == 1:  # one step size for all local steps, the usual case
+            thetas[...] = theta
+        else:
+            for row, step in zip(thetas, steps, strict=True):
+                row[...] = forms[step][1]
+        return kind, thetas, w
+
     def normal_map_step(self, z, grad, z_ref, x_ref, lr, gamma, correction=None, z_out=None, x_out=None, backend=None):
         """One normal-map step for every row, fused into one pass for separable regularizers.
 

@@ -80,6 +80,9 @@ class Result:
     seed: int | None
     metric_gamma: float
     converged: bool = False
+    #: None for a run that finished; else the :class:`DivergenceError` that stopped it, which
+    #: :func:`run` raises and :func:`fedopt.run_batch` returns here (its history kept).
+    error: DivergenceError | None = None
 
     @property
     def z(self) -> np.ndarray | None:
@@ -269,11 +272,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
 
     regularizer = Zero() if regularizer is None else regularizer
     method = algorithms.make(algorithm, **hyperparameters)
-    rounds = _count("rounds", rounds, minimum=0)
-    eval_every = _count("eval_every", eval_every, minimum=1)
-    if tol is not None and not (float(tol) >= 0 and math.isfinite(float(tol))):
-        raise ValueError(f"tol must be a finite number >= 0 or None, got {tol!r}")
-    rule = Divergence.parse(divergence)
+    rounds, eval_every, rule = check_run_arguments(rounds, eval_every, tol, divergence)
     if backend is not None:
         problem = problem.on(backend)
     method.check(problem, regularizer)
@@ -310,18 +309,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     def diverged(what, state, kind="nonfinite"):
         if show:
             print(file=sys.stderr)
-        if kind == "nonfinite":
-            advice = "error.result holds the history up to the last finite round."
-        else:
-            advice = ("error.result holds the history including this round. If the run is healthy, loosen the "
-                      "rule: divergence={...} or divergence=None in fedopt.run, [run.divergence] or "
-                      "[run] divergence = false in an experiment file, --set divergence=false on the command line.")
-        if kind == "stalled":
-            verdict, fix = STALLED, "change the step sizes (too large oscillates, too small crawls), run more rounds"
-        else:
-            verdict, fix = "diverged", "reduce the step sizes (lr_local, lr_server)"
-        raise DivergenceError(f"{method.name} {verdict}: {what}. To fix it, {fix} or check the data; {advice}",
-                              result(state), kind)
+        raise divergence_error(method.name, what, kind, result(state))
 
     def result(state, converged=False):
         return Result(problem.backend.to_numpy(state.x).copy(), history, method, state, seed, gamma, converged)
@@ -347,6 +335,30 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     if show:
         print(file=sys.stderr)
     return result(state, converged())
+
+
+def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, Divergence | None]:
+    """``(rounds, eval_every, rule)`` after checking the arguments that :func:`run` and
+    :func:`fedopt.run_batch` share."""
+    if tol is not None and not (float(tol) >= 0 and math.isfinite(float(tol))):
+        raise ValueError(f"tol must be a finite number >= 0 or None, got {tol!r}")
+    rule = Divergence.parse(divergence)
+    return _count("rounds", rounds, minimum=0), _count("eval_every", eval_every, minimum=1), rule
+
+
+def divergence_error(name: str, what: str, kind: str, result: Result) -> DivergenceError:
+    """The error that stops run ``result`` of method ``name``: ``what`` happened, by check ``kind``."""
+    if kind == "nonfinite":
+        advice = "error.result holds the history up to the last finite round."
+    else:
+        advice = ("error.result holds the history including this round. If the run is healthy, loosen the "
+                  "rule: divergence={...} or divergence=None in fedopt.run, [run.divergence] or "
+                  "[run] divergence = false in an experiment file, --set divergence=false on the command line.")
+    if kind == "stalled":
+        verdict, fix = STALLED, "change the step sizes (too large oscillates, too small crawls), run more rounds"
+    else:
+        verdict, fix = "diverged", "reduce the step sizes (lr_local, lr_server)"
+    return DivergenceError(f"{name} {verdict}: {what}. To fix it, {fix} or check the data; {advice}", result, kind)
 
 
 def _count(name, value, minimum):

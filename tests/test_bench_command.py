@@ -124,7 +124,17 @@ def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys):
     assert math.isclose(breakdown["seconds"], sum(breakdown["phases"].values()))
     assert rows[0]["runs"] == 2 and rows[0]["runs_per_second"] > 0
     assert math.isclose(rows[0]["rounds_per_second"], 2 * rows[0]["runs_per_second"])
+    assert [(row["batch"], row["runs"]) for row in rows] == [("off", 2), ("auto", 2)]
     assert "where the time goes" in capsys.readouterr().out
+
+
+def test_batch_bench_times_the_loop_the_batch_and_the_kernel(capsys):
+    from fedopt.sweep.bench import bench_batch
+
+    result = bench_batch(runs=3, rounds=2, rows_per_client=10)
+    assert result["runs"] == 3 and min(result[f"{k}_seconds"] for k in ("loop", "batch", "kernel")) > 0
+    assert math.isclose(result["batch_over_loop"], result["loop_seconds"] / result["batch_seconds"])
+    assert "x the fused kernel's alone" in capsys.readouterr().out
 
 
 def _fednmap_setup(d=6, n=5, per_client=12, b=3, Q=4):

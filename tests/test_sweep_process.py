@@ -127,6 +127,7 @@ def test_a_sweep_whose_runs_fail_exits_non_zero(tmp_path, monkeypatch, capsys):
     toml = tmp_path / "tiny.toml"
     toml.write_text(TINY)
     monkeypatch.setattr(execute, "execute_run", _fail)
+    monkeypatch.setattr(execute, "execute_batch", lambda configs, **_: [_fail(c) for c in configs])
     assert main(["sweep", str(toml), "--store", str(tmp_path / "s.db"), "--executor", "serial"]) == 1
     out = capsys.readouterr().out
     assert "finished with 8 failed of 8 runs; first error: ValueError: boom" in out

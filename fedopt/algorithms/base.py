@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -94,6 +95,9 @@ class Algorithm:
     #: Positive real hyperparameters, checked in ``__post_init__``.
     positive: ClassVar[tuple[str, ...]] = ()
 
+    #: Real hyperparameters that set a round's shape (a number of steps): the runs of a batch share them.
+    shared: ClassVar[tuple[str, ...]] = ()
+
     def __post_init__(self):
         for name in self.positive:
             object.__setattr__(self, name, _positive(name, getattr(self, name)))
@@ -107,6 +111,10 @@ class Algorithm:
             raise ValueError(f"batch_size must be an integer >= 1, or None for full local gradients; got {batch!r}")
 
     # ---- what a method defines
+    def batch_refusal(self) -> str | None:
+        """Why this method cannot run batched (:func:`fedopt.run_batch`), or None when it can."""
+        return None
+
     def init(self, problem, regularizer, rng: np.random.Generator, x0=None) -> State:
         raise NotImplementedError
 
@@ -143,18 +151,24 @@ class Algorithm:
         batch = getattr(self, "batch_size", None)
         rows = None if batch is None else problem.sample_rows(env.rng, batch, steps=self.local_steps)
         xp = problem.backend.xp
-        separable = self._separable_prox(problem, reg, Z.dtype, prox_steps)
+        if prox_steps is None:
+            from fedopt import kernels as K
+
+            separable = K.IDENTITY, np.zeros((self.local_steps, 1)), xp.empty((0, 0), dtype=Z.dtype)
+        else:
+            separable = reg.separable(prox_steps, problem.backend, Z.dtype)
         shift = xp.empty((0, 0), dtype=Z.dtype) if D is None else D  # the kernels' "no shift"
         if separable is not None and problem.fused_local_steps(rows, shift, lr, *separable, Z, P):
             return Z, P
         G = xp.empty_like(Z)
-        if separable is not None:
-            # z -= lr * (g + D) and x = prox(z) in one pass: the normal-map step without its reference term
+        # one step size and prox for all rows: the update and a separable prox in one pass
+        fused_update = separable is not None and separable[1].ndim == 2 and np.ndim(lr) == 0
+        if fused_update:
             kind, thetas, w = separable
             no_reference = xp.zeros(problem.n_params, dtype=Z.dtype)
         for step in range(self.local_steps):
             problem.client_grad(P, None if rows is None else rows[step], out=G)
-            if separable is not None:
+            if fused_update:  # z -= lr * (g + D) and x = prox(z): the normal-map step without its reference term
                 problem.backend.kernels.normal_map_step(Z, G, shift, no_reference, no_reference, lr, 0.0, kind,
                                                         thetas[step], w, Z, P)
                 continue
@@ -162,7 +176,8 @@ class Algorithm:
                 G += D
             G *= lr
             Z -= G
-            reg.prox(Z, prox_steps[step], out=P)
+            if prox_steps is not None:
+                reg.prox(Z, prox_steps[step], out=P)
         return Z, P
 
     def gradients(self, env: Env, X, out=None):
@@ -172,33 +187,6 @@ class Algorithm:
         batch = getattr(self, "batch_size", None)
         rows = None if batch is None else env.problem.sample_rows(env.rng, batch)
         return env.problem.client_grad(X, rows, out=out)
-
-    def _separable_prox(self, problem, reg, dtype, prox_steps):
-        """``(kind, thetas, w)``: the prox of every local step in the element-wise form of
-        :mod:`fedopt.kernels` (``thetas[l]`` for step ``l``; IDENTITY without ``prox_steps``), or
-        None for a row-wise prox (group lasso, simplex, ...)."""
-        from fedopt import kernels as K
-
-        if prox_steps is None:
-            return K.IDENTITY, np.zeros((self.local_steps, 1)), problem.backend.xp.empty((0, 0), dtype=dtype)
-        forms = {step: reg._elementwise(float(step), problem.backend, dtype) for step in set(prox_steps)}
-        if any(form is None for form in forms.values()):
-            return None
-        kind, theta, w = next(iter(forms.values()))
-        thetas = np.empty((len(prox_steps), len(theta)))
-        if len(forms) == 1:  # one step size for all local steps, the usual case
-            thetas[...] = theta
-        else:
-            for row, step in zip(thetas, prox_steps, strict=True):
-                row[...] = forms[step][1]
-        return kind, thetas, w
-
-    @staticmethod
-    def per_client(problem, v):
-        """An ``(n_clients, p)`` array with a copy of the vector ``v`` in every row."""
-        out = problem.backend.xp.empty((problem.n_clients, problem.n_params), dtype=v.dtype)
-        out[...] = v
-        return out
 
     @staticmethod
     def start(problem, x0):
@@ -215,6 +203,34 @@ class Algorithm:
         if subgradient is not None:
             z += gamma * problem.backend.asarray(subgradient, dtype=problem.dtype)
         return z
+
+    @classmethod
+    def stack(cls, methods, xp, dtype) -> Algorithm:
+        """One instance for a batch of runs of this method: each hyperparameter holds the runs' common
+        value, or an ``(R, 1, 1)`` array of ``xp`` in ``dtype`` with their values, which broadcasts
+        over the batch's server ``(R, 1, p)`` and client ``(R, n, p)`` arrays (:mod:`fedopt.batch`).
+        Integers, flags and the ``shared`` hyperparameters must agree."""
+        stacked = object.__new__(cls)  # no __post_init__: every method was checked on its own
+        for f in fields(cls):
+            values = [getattr(method, f.name) for method in methods]
+            if all(value == values[0] for value in values):
+                value = values[0]
+            elif isinstance(values[0], float) and f.name not in cls.shared:
+                value = xp.asarray(values, dtype=dtype).reshape(-1, 1, 1)
+            else:
+                raise ValueError(f"{cls.name} runs form a batch only with one value of {f.name}, got "
+                                 f"{sorted(set(values))}; run them in separate batches")
+            object.__setattr__(stacked, f.name, value)
+        return stacked
+
+    def take(self, keep) -> Algorithm:
+        """This batch instance (:meth:`stack`) for the runs at the positions ``keep`` only."""
+        taken = copy.copy(self)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if getattr(value, "ndim", 0) == 3:
+                object.__setattr__(taken, f.name, value[keep])
+        return taken
 
     def round_costs(self, problem, prox_per_client: int, server_prox: int, up: int, down: int) -> Costs:
         """Costs of one round with ``local_steps`` gradients per client and the given vector counts."""

@@ -54,7 +54,7 @@ class FedADMM(Algorithm):
 
     def init(self, problem, regularizer, rng, x0=None):
         x = self.start(problem, x0)
-        lam = problem.backend.xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
+        lam = problem.client_zeros()
         return State(Env(problem, regularizer, rng), regularizer.prox(x, self.gamma), x, vars={"lam": lam})
 
     def round(self, state: State) -> State:
@@ -62,7 +62,7 @@ class FedADMM(Algorithm):
         problem = env.problem
         xp = problem.backend.xp
         center = z - self.gamma * lam  # the local objective is f_i(x) + ||x - center_i||^2 / (2 eta) + const
-        X = self.per_client(problem, z)
+        X = problem.per_client(z)
         G = xp.empty_like(X)
         for _ in range(self.local_steps):
             self.gradients(env, X, out=G)

@@ -34,7 +34,7 @@ class FedAvg(LocalStepsMethod):
     def round(self, state: State) -> State:
         env, x_t = state.env, state.x
         problem = env.problem
-        X = self.per_client(problem, x_t)
+        X = problem.per_client(x_t)
         self.local_loop(env, X, X, None, self.lr_local)
         averaged = x_t + self.lr_server * (problem.average(X) - x_t)
         costs = self.round_costs(problem, 0, 1, up=1, down=1)

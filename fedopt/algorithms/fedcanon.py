@@ -38,13 +38,13 @@ class FedCanon(LocalStepsMethod):
 
     def init(self, problem, regularizer, rng, x0=None):
         z = self.start(problem, x0)
-        correction = problem.backend.xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
+        correction = problem.client_zeros()
         return State(Env(problem, regularizer, rng), z, vars={"c": correction})
 
     def round(self, state: State) -> State:
         env, z = state.env, state.x
         problem, c = env.problem, state.vars["c"]
-        X = self.per_client(problem, z)
+        X = problem.per_client(z)
         self.local_loop(env, X, X, c, self.lr_local)
         delta = (z - X) / (self.lr_local * self.local_steps)
         delta_bar = problem.average(delta)

@@ -58,13 +58,13 @@ class FedDA(LocalStepsMethod):
     def round(self, state: State) -> State:
         env, w, t = state.env, state.vars["dual"], state.round
         problem, reg = env.problem, env.regularizer
-        Y = self.per_client(problem, w)
-        first = self.prox_weight(t, 0)  # 0 in the very first step: the prox is the identity there
-        X = reg.prox(Y, first) if first > 0 else Y.copy()
+        Y = problem.per_client(w)
+        first = self.prox_weight(t, 0)  # 0 in the very first round: the prox is the identity there
+        X = reg.prox(Y, first) if t > 0 else Y.copy()
         # y <- y - eta_c g(x), then x <- prox_{a_{t,k+1} phi}(y); the last x is not used
         weights = [self.prox_weight(t, k) for k in range(1, self.local_steps + 1)]
         self.local_loop(env, Y, X, None, self.lr_local, weights)
-        proxes = self.local_steps - (first == 0)
+        proxes = self.local_steps - (t == 0)
         w_next = w + self.lr_server * (problem.average(Y) - w)
         x_next = reg.prox(w_next, self.prox_weight(t + 1))
         costs = self.round_costs(problem, proxes, 1, up=1, down=1)

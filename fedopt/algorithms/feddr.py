@@ -66,7 +66,7 @@ class FedDR(Algorithm):
 
     def init(self, problem, regularizer, rng, x0=None):
         x = self.start(problem, x0)
-        Y = self.per_client(problem, x)
+        Y = problem.per_client(x)
         return State(Env(problem, regularizer, rng), regularizer.prox(x, self.gamma), x.copy(),
                      vars={"y": Y, "x_clients": Y.copy()})
 

@@ -56,7 +56,7 @@ class FedMiD(LocalStepsMethod):
     def round(self, state: State) -> State:
         env, z = state.env, state.x
         problem, reg = env.problem, env.regularizer
-        X = self.per_client(problem, z)
+        X = problem.per_client(z)
         # x_i <- prox_{eta_c phi}(x_i - eta_c g_i(x_i)): the pre-prox and post-prox iterates share X
         self.local_loop(env, X, X, None, self.lr_local, [self.lr_local] * self.local_steps)
         delta_bar = problem.average((z - X) / (self.lr_local * self.local_steps))

@@ -40,16 +40,15 @@ class FedNMap(LocalStepsMethod):
 
     def init(self, problem, regularizer, rng, x0=None):
         z = self.start_pre_prox(problem, x0, self.gamma)
-        xp = problem.backend.xp
-        correction = xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
-        return State(Env(problem, regularizer, rng), regularizer.prox(z, self.gamma), z, vars={"c": correction})
+        return State(Env(problem, regularizer, rng), regularizer.prox(z, self.gamma), z,
+                     vars={"c": problem.client_zeros()})
 
     def round(self, state: State) -> State:
         env = state.env
         problem, reg = env.problem, env.regularizer
         z_t, x_t, c = state.z, state.x, state.vars["c"]
-        Z = self.per_client(problem, z_t)
-        X = self.per_client(problem, x_t)
+        Z = problem.per_client(z_t)
+        X = problem.per_client(x_t)
         shift = c + (z_t - x_t) / self.gamma  # c_i plus the round-start normal-map term
         self.local_loop(env, Z, X, shift, self.lr_local, [self.gamma] * self.local_steps)
         Y = problem.backend.xp.subtract(z_t, Z, out=Z)  # the messages y_i, in place of the z_i^Q

@@ -48,6 +48,8 @@ class Scaffnew(Algorithm):
     batch_size: int | None = 32
     random_steps: bool = True
 
+    shared = ("comm_prob",)
+
     def __post_init__(self):
         super().__post_init__()
         p = float(self.comm_prob)
@@ -59,6 +61,11 @@ class Scaffnew(Algorithm):
         if not self.random_steps and abs(1 / p - round(1 / p)) > 1e-9 * (1 / p):
             raise ValueError(f"comm_prob={p:g} gives 1/comm_prob={1 / p:g} local steps; with random_steps=False "
                              "1/comm_prob must be an integer (e.g. comm_prob=0.1 for 10 local steps)")
+
+    def batch_refusal(self):
+        if self.random_steps:
+            return "with random_steps=True each run draws its own number of local steps per round"
+        return None
 
     @property
     def expected_local_steps(self) -> float:
@@ -73,7 +80,7 @@ class Scaffnew(Algorithm):
 
     def init(self, problem, regularizer, rng, x0=None):
         x = self.start(problem, x0)
-        e = problem.backend.xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
+        e = problem.client_zeros()
         return State(Env(problem, regularizer, rng), x, vars={"e": e})
 
     def round(self, state: State) -> State:
@@ -81,7 +88,7 @@ class Scaffnew(Algorithm):
         problem = env.problem
         xp = problem.backend.xp
         steps = int(env.rng.geometric(self.comm_prob)) if self.random_steps else round(self.expected_local_steps)
-        X = self.per_client(problem, x_t)
+        X = problem.per_client(x_t)
         G = xp.empty_like(X)
         for _ in range(steps):
             self.gradients(env, X, out=G)

@@ -28,15 +28,14 @@ class Scaffold(LocalStepsMethod):
 
     def init(self, problem, regularizer, rng, x0=None):
         x = self.start(problem, x0)
-        xp = problem.backend.xp
-        c_clients = xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
-        return State(Env(problem, regularizer, rng), x, vars={"c": xp.zeros_like(x), "c_clients": c_clients})
+        c = problem.backend.xp.zeros_like(x)
+        return State(Env(problem, regularizer, rng), x, vars={"c": c, "c_clients": problem.client_zeros()})
 
     def round(self, state: State) -> State:
         env, x_t = state.env, state.x
         problem = env.problem
         c, c_clients = state.vars["c"], state.vars["c_clients"]
-        X = self.per_client(problem, x_t)
+        X = problem.per_client(x_t)
         self.local_loop(env, X, X, c - c_clients, self.lr_local)
         c_new = c_clients - c + (x_t - X) / (self.lr_local * self.local_steps)
         x_next = x_t + self.lr_server * (problem.average(X) - x_t)

@@ -36,14 +36,14 @@ class Zhang(LocalStepsMethod):
 
     def init(self, problem, regularizer, rng, x0=None):
         z = self.start_pre_prox(problem, x0, self.effective_step)
-        correction = problem.backend.xp.zeros((problem.n_clients, problem.n_params), dtype=problem.dtype)
+        correction = problem.client_zeros()
         x = regularizer.prox(z, self.effective_step)
         return State(Env(problem, regularizer, rng), x, z, vars={"c": correction})
 
     def round(self, state: State) -> State:
         env, x_t, c = state.env, state.x, state.vars["c"]
         problem, reg = env.problem, env.regularizer
-        Z = self.per_client(problem, x_t)
+        Z = problem.per_client(x_t)
         X = Z.copy()
         # x_i^{l+1} = prox_{(l+1) eta_a phi}(z_i^{l+1}); the last one is never used
         self.local_loop(env, Z, X, c, self.lr_local, [(ell + 1) * self.lr_local for ell in range(self.local_steps)])

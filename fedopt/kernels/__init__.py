@@ -46,12 +46,16 @@ Fused normal-map step (the FedNMap local step)
 Model oracles (the batched client losses and gradients of :mod:`fedopt.problems`)
 ---------------------------------------------------------------------------------
 Client ``i`` owns rows ``offsets[i]:offsets[i+1]`` of ``X`` (C-contiguous float32, float64 or
-uint8 features, scaled by ``scale``; CSR on the CPU backends). ``rows`` is an int64 ``(n, b)``
-array of global row indices, one minibatch per client drawn on the host, or ``(n, 0)`` for all
-of each client's rows. ``W`` is ``(n, p)`` (one point per client) or ``(1, p)`` (one shared
-point). Each oracle writes the mean loss of client ``i`` to ``loss_out[i]`` and its gradient to
-``grad_out[i]``; an empty ``loss_out`` (shape ``(0,)``) or ``grad_out`` (``(0, 0)``) is skipped.
-``y`` holds targets in the dtype of ``W``: values, ``+-1`` or class codes.
+uint8 features, scaled by ``scale``; CSR on the CPU backends). ``offsets`` may instead be an int64
+``(2, n)`` array of client bounds: client ``i`` owns rows ``offsets[0, i]:offsets[1, i]``, and
+several clients may own the same rows in any order (``R`` independent runs of the same clients
+stacked as ``n = R * n0`` client rows); :func:`client_bounds` reads both forms. ``rows`` is an
+int64 ``(n, b)`` array of global row indices, one minibatch per client drawn on the host, or
+``(n, 0)`` for all of each client's rows. ``W`` is ``(n, p)`` (one point per client) or
+``(1, p)`` (one shared point). Each oracle writes the mean loss of client ``i`` to
+``loss_out[i]`` and its gradient to ``grad_out[i]``; an empty ``loss_out`` (shape ``(0,)``) or
+``grad_out`` (``(0, 0)``) is skipped. ``y`` holds targets in the dtype of ``W``: values, ``+-1``
+or class codes.
 
 ``linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out)``
     A linear model with ``n_out`` outputs: ``W[i]`` is the ``(n_out, d)`` coefficients in C order,
@@ -67,10 +71,12 @@ The fused local loop (:mod:`.reference`, :mod:`.cpu` and :mod:`.gpu`)
     ``(Q, n, 0)`` for full local gradients): for each step ``l`` and client ``i``,
     ``Z[i] -= lr * (grad f_i(P[i]) + D[i])`` and ``P[i] = prox(Z[i])`` with the separable prox
     ``prox_kind`` at parameters ``thetas[l]`` (IDENTITY copies; ``P`` may be ``Z`` itself).
-    ``D`` is ``(n, p)`` or ``(0, 0)``. On the CPU this is one ``prange`` over clients whose Q
-    steps run serially in cache; on the GPU one thread block per client, for dense single-output
-    models whose state fits in shared memory. A kernel may return None for a case it does not
-    cover, and the caller then steps array-wise.
+    ``D`` is ``(n, p)`` or ``(0, 0)``. ``lr`` is a scalar or a length-``n`` vector (client ``i``
+    steps by ``lr[i]``); ``thetas`` is ``(Q, k)``, shared, or ``(Q, n, k)`` (client ``i`` uses
+    ``thetas[l, i]``). On the CPU this is one ``prange`` over clients whose Q steps run serially
+    in cache; on the GPU one thread block per client, for dense single-output models whose state
+    fits in shared memory. A kernel may return None for a case it does not cover, and the caller
+    then steps array-wise.
 ``local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox_kind, thetas, w, Z, P)``
     The same for the MLP of ``mlp_oracle`` (CPU only: one ``prange`` task per client, BLAS
     products on buffers that stay in cache).
@@ -80,7 +86,8 @@ nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)``
     shape ``(T, n, b)`` or ``(T, n, 0)``: per node and iteration, the momentum ``NU`` (and ``MU``
     with ``nesterov``; else ``MU`` is ``(0, 0)``) on the tracker ``Y``, ``P = prox(P - alpha NU)``
     with the separable prox ``prox_kind`` at ``theta``, the gradient ``node_scale[i] grad f_i(P[i])``
-    into ``G`` and, with ``tracking``, ``Y += beta (G_new - G)`` (else ``Y = G_new``).
+    into ``G`` and, with ``tracking``, ``Y += beta (G_new - G)`` (else ``Y = G_new``). ``gamma``,
+    ``alpha`` and ``beta`` are scalars or length-``n`` vectors (node ``i`` uses entry ``i``).
 
 Gossip over neighbour lists (CPU only: :mod:`.reference` and :mod:`.cpu`)
 -------------------------------------------------------------------------
@@ -102,6 +109,18 @@ KERNEL_NAMES = (
     "prox_group",
     "prox_nuclear",
 )
+
+
+def client_bounds(offsets):
+    """``(starts, ends)``, views of ``offsets``: client ``i`` owns rows ``starts[i]:ends[i]``.
+
+    ``offsets`` is monotone of length ``n + 1`` (``offsets[:-1], offsets[1:]``) or ``(2, n)``
+    (``offsets[0], offsets[1]``); NumPy, CuPy or Numba device arrays alike.
+    """
+    if offsets.ndim == 2:
+        return offsets[0], offsets[1]
+    return offsets[:-1], offsets[1:]
+
 
 # Codes of the separable prox kernels, and the layout of ``theta`` / ``w`` for each.
 IDENTITY = 0  # x = v

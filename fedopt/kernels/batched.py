@@ -10,7 +10,7 @@ each client's rows in cache are faster: :mod:`fedopt.kernels.cpu.mlp`).
 
 from __future__ import annotations
 
-from fedopt.kernels import SOFTMAX
+from fedopt.kernels import SOFTMAX, client_bounds
 from fedopt.kernels.reference import array_module, loss_residual
 
 
@@ -21,8 +21,8 @@ def _blocks(X, y, offsets, rows, dtype, scale):
         index = xp.asarray(rows)
         yield slice(None), _features(X[index], dtype, scale), y[index]
     else:
-        for i in range(len(offsets) - 1):
-            s, e = int(offsets[i]), int(offsets[i + 1])
+        starts, ends = client_bounds(offsets)
+        for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
             yield slice(i, i + 1), _features(X[s:e][None], dtype, scale), y[s:e][None]
 
 

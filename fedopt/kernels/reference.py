@@ -19,6 +19,7 @@ from fedopt.kernels import (
     SOFT,
     SOFT_WEIGHTED,
     SOFTMAX,
+    client_bounds,
 )
 
 
@@ -142,7 +143,28 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
 # ------------------------------------------------------------------------------ model oracles
 def _client_rows(offsets, rows, i):
     """Rows of client ``i``: its minibatch ``rows[i]``, or all its rows when ``rows`` has no columns."""
-    return rows[i] if rows.shape[1] else np.arange(offsets[i], offsets[i + 1])
+    starts, ends = client_bounds(offsets)
+    return rows[i] if rows.shape[1] else np.arange(starts[i], ends[i])
+
+
+def _n_clients(offsets):
+    """The number of clients of ``offsets`` (either form of :func:`fedopt.kernels.client_bounds`)."""
+    return len(client_bounds(offsets)[0])
+
+
+def _per_row(value, dtype):
+    """A scalar as it is; a per-row vector as a ``dtype`` column ``(n, 1)``, so row ``i`` gets ``value[i]``."""
+    return value if np.ndim(value) == 0 else np.asarray(value, dtype)[:, None]
+
+
+def _prox_rows(Z, kind, theta, w):
+    """``prox(Z)`` at ``theta`` of shape ``(k,)`` (every row) or ``(n, k)`` (row ``i`` at ``theta[i]``)."""
+    if np.ndim(theta) == 1:
+        return _elementwise(Z, kind, theta, w)
+    out = np.empty_like(Z)
+    for i in range(len(Z)):
+        out[i] = _elementwise(Z[i], kind, theta[i], w)
+    return out
 
 
 def loss_residual(M, y, kind):
@@ -185,15 +207,16 @@ def array_module(a):
 def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
     """Mean loss and gradient of a linear model on each client's rows.
 
-    Client ``i`` owns rows ``offsets[i]:offsets[i+1]`` of ``X`` (dense of any storage dtype, or
-    CSR) and uses ``rows[i]`` (global row indices; all of its rows when ``rows`` is ``(n, 0)``).
-    Its parameters ``W[i]`` (``W[0]`` for all clients when ``W`` has one row) are the
-    ``(n_out, d)`` coefficients in C order followed, with ``fit_intercept``, by ``n_out``
-    intercepts. Margins are ``M = scale * X_r @ coef.T + intercept``. Writes
-    ``loss_out[i] = mean(loss(M))`` and ``grad_out[i]``; either may be empty to skip it.
+    Client ``i`` owns rows ``offsets[i]:offsets[i+1]`` (or ``offsets[0, i]:offsets[1, i]``, see
+    :func:`fedopt.kernels.client_bounds`) of ``X`` (dense of any storage dtype, or CSR) and uses
+    ``rows[i]`` (global row indices; all of its rows when ``rows`` is ``(n, 0)``). Its parameters
+    ``W[i]`` (``W[0]`` for all clients when ``W`` has one row) are the ``(n_out, d)`` coefficients
+    in C order followed, with ``fit_intercept``, by ``n_out`` intercepts. Margins are
+    ``M = scale * X_r @ coef.T + intercept``. Writes ``loss_out[i] = mean(loss(M))`` and
+    ``grad_out[i]``; either may be empty to skip it.
     """
     d = X.shape[1]
-    for i in range(len(offsets) - 1):
+    for i in range(_n_clients(offsets)):
         r = _client_rows(offsets, rows, i)
         w = W[i if len(W) > 1 else 0]
         coef = w[: n_out * d].reshape(n_out, d)
@@ -217,7 +240,7 @@ def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, gra
     Rows, ``loss_out`` and ``grad_out`` as in :func:`linear_oracle`.
     """
     d, h, k = X.shape[1], n_hidden, n_classes
-    for i in range(len(offsets) - 1):
+    for i in range(_n_clients(offsets)):
         r = _client_rows(offsets, rows, i)
         w = W[i if len(W) > 1 else 0]
         W1, b1 = w[: h * d].reshape(h, d), w[h * d : h * d + h]
@@ -239,23 +262,26 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
 
     For each step ``l``: ``G = grad f_i(P[i]; rows[l, i])`` for every client,
     ``Z -= lr * (G + D)`` (``D`` may be empty) and ``P = prox_l(Z)``, the separable prox of code
-    ``prox_kind`` with parameters ``thetas[l]`` (IDENTITY copies ``Z``).
+    ``prox_kind`` with parameters ``thetas[l]`` (IDENTITY copies ``Z``). ``lr`` is a scalar or one
+    value per row; ``thetas`` is ``(Q, k)`` or ``(Q, n, k)`` (row ``i`` at ``thetas[l, i]``).
     """
     G = np.empty_like(Z)
+    lr = _per_row(lr, Z.dtype)
     for step in range(rows.shape[0]):
         linear_oracle(X, y, offsets, P, rows[step], kind, n_out, scale, fit_intercept, np.empty(0, Z.dtype), G)
         Z -= lr * (G + D) if D.size else lr * G
-        P[...] = _elementwise(Z, prox_kind, thetas[step], w)
+        P[...] = _prox_rows(Z, prox_kind, thetas[step], w)
     return Z, P
 
 
 def local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox_kind, thetas, w, Z, P):
     """:func:`local_steps_linear` for the MLP of :func:`mlp_oracle`."""
     G = np.empty_like(Z)
+    lr = _per_row(lr, Z.dtype)
     for step in range(rows.shape[0]):
         mlp_oracle(X, y, offsets, P, rows[step], n_hidden, n_classes, scale, np.empty(0, Z.dtype), G)
         Z -= lr * (G + D) if D.size else lr * G
-        P[...] = _elementwise(Z, prox_kind, thetas[step], w)
+        P[...] = _prox_rows(Z, prox_kind, thetas[step], w)
     return Z, P
 
 
@@ -267,8 +293,10 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     ``nu = gamma mu + (1 - gamma) y``); ``P = prox(P - alpha nu)`` (separable, parameters
     ``theta``); ``g_new = node_scale[i] grad f_i(P[i])``; with ``tracking`` ``y += beta (g_new - G)``,
     else ``y = g_new`` (the ablation's momentum reads g); ``G = g_new``. ``MU`` is ``(0, 0)`` without Nesterov.
+    ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node.
     """
     G_new = np.empty_like(P)
+    gamma, alpha, beta = (_per_row(v, P.dtype) for v in (gamma, alpha, beta))
     for step in range(rows.shape[0]):
         if nesterov:
             MU[...] = (MU - Y) * gamma + Y

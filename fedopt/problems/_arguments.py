@@ -20,3 +20,13 @@ class PointArguments:
         if x.shape != (self.n_params,):
             raise ValueError(f"x must have shape ({self.n_params},), got {tuple(x.shape)}")
         return x
+
+    def per_client(self, v):
+        """An ``(n_clients, p)`` array with a copy of the vector ``v`` in every row."""
+        out = self.backend.xp.empty((self.n_clients, self.n_params), dtype=v.dtype)
+        out[...] = v
+        return out
+
+    def client_zeros(self):
+        """An ``(n_clients, p)`` array of zeros in the problem's dtype (a per-client state)."""
+        return self.backend.xp.zeros((self.n_clients, self.n_params), dtype=self.dtype)

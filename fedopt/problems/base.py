@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar
 
 import numpy as np
@@ -56,7 +57,9 @@ class Problem(PointArguments):
         if dataset.is_sparse and self.backend.name == "gpu":
             raise ValueError("sparse X runs on backend='numpy' or 'numba'; for 'gpu' densify it with X.toarray()")
         self.dtype = dataset.dtype
-        self._offsets = dataset.offsets
+        self._offsets = dataset.offsets  # client i owns rows offsets[i]:offsets[i+1]; see tiled()
+        self._starts = dataset.offsets[:-1]
+        self._client_sizes = dataset.client_sizes.astype(np.float64)  # m_i, for the minibatch draws
         self._X = self._to_backend_features(dataset.X)
         self._y = self.backend.xp.asarray(self._targets(dataset.y), dtype=self.dtype)
         self._X_test = self._y_test = None
@@ -64,7 +67,6 @@ class Problem(PointArguments):
             self._X_test = self._to_backend_features(dataset.X_test)
             self._y_test = self.backend.xp.asarray(self._targets(dataset.y_test), dtype=self.dtype)
         self._no_rows = np.empty((self.n_clients, 0), dtype=np.int64)
-        self._client_sizes = dataset.client_sizes.astype(np.float64)  # m_i, for the minibatch draws
         self._weights_device = self.backend.xp.asarray(self.weights, dtype=self.dtype)
 
     # ------------------------------------------------------------------ what subclasses define
@@ -120,10 +122,24 @@ class Problem(PointArguments):
             return self
         return type(self)(self.dataset, backend=backend, **self._options)
 
+    def tiled(self, copies: int):
+        """The client rows of ``copies`` runs side by side: a view of this problem on the same data
+        arrays whose client ``r * n + i`` is client ``i`` (the oracles then take the kernels'
+        ``(2, N)`` client bounds). :class:`fedopt.batch.BatchProblem` runs its oracles on it; its
+        own ``average`` and ``loss`` are not federated ones."""
+        view = copy.copy(self)
+        offsets = self.dataset.offsets
+        view._offsets = np.stack([np.tile(offsets[:-1], copies), np.tile(offsets[1:], copies)])
+        view._starts = view._offsets[0]
+        view._client_sizes = np.tile(self._client_sizes, copies)
+        view._no_rows = np.empty((view.n_clients, 0), dtype=np.int64)
+        return view
+
     # ------------------------------------------------------------------ sizes
     @property
     def n_clients(self) -> int:
-        return self.dataset.n_clients
+        """``n``, the number of clients (of client rows in a :meth:`tiled` view)."""
+        return len(self._client_sizes)
 
     @property
     def n_features(self) -> int:
@@ -180,7 +196,7 @@ class Problem(PointArguments):
         shape = (self.n_clients, batch_size) if steps is None else (int(steps), self.n_clients, batch_size)
         # starts_i + floor(u * m_i) for u uniform in [0, 1): uniform on client i's rows; written over
         # u's own memory (a second 5 MB array at n = 1000, Q = 10, b = 64 cost 2.7 ms in page faults)
-        return minibatch_rows(rng.random(shape), self._client_sizes, self._offsets[:-1])
+        return minibatch_rows(rng.random(shape), self._client_sizes, self._starts)
 
     # ------------------------------------------------------------------ evaluation
     def score(self, x, test: bool = True) -> float:

@@ -45,8 +45,8 @@ def shortened(experiment: str, rounds: int | None = None, seeds: int | None = No
 
 
 def bench_sweep(workers=(1, 2), experiment: str = "speedup_demo", rounds: int | None = None,
-                seeds: int | None = None, stream=None) -> list[dict]:
-    """Measure the sweep of ``experiment`` once per worker count; print and return the rows."""
+                seeds: int | None = None, batches=("off", "auto"), stream=None) -> list[dict]:
+    """Measure the sweep of ``experiment`` once per worker count and ``--batch`` mode; print and return the rows."""
     from fedopt.sweep.execute import execute_run, run_sweep
 
     stream = sys.stdout if stream is None else stream
@@ -55,21 +55,100 @@ def bench_sweep(workers=(1, 2), experiment: str = "speedup_demo", rounds: int | 
     execute_run({**specs[0].config, "rounds": 1})  # compile (or load) the kernels once
     runs, rounds_per_run = len({s.key for s in specs}), exp.run["rounds"]
     print(f"{exp.name}: {runs} runs of {rounds_per_run} rounds, local executor, {os.cpu_count()} cores", file=stream)
-    print(f"    {'workers':>7s} {'seconds':>8s} {'runs/s':>7s} {'rounds/s':>9s} {'mean run s':>10s}", file=stream)
+    print(f"    {'workers':>7s} {'batch':>6s} {'seconds':>8s} {'runs/s':>7s} {'rounds/s':>9s} {'mean run s':>10s}",
+          file=stream)
     rows = []
     for count in workers:
-        with tempfile.TemporaryDirectory() as folder, Store(os.path.join(folder, "bench.db")) as store:
-            start = time.perf_counter()
-            summary = run_sweep(exp, store, executor="local", workers=count, progress=False)
-            seconds = time.perf_counter() - start
-            mean_run = sum(m["run_seconds"] or 0 for m in store.members(exp.name, with_history=False)) / len(specs)
-        row = {"experiment": exp.name, "workers": count, "runs": summary.executed, "rounds": rounds_per_run,
-               "seconds": seconds, "runs_per_second": summary.executed / seconds,
-               "rounds_per_second": summary.executed * rounds_per_run / seconds, "mean_run_seconds": mean_run}
-        rows.append(row)
-        print(f"    {count:7d} {seconds:8.1f} {row['runs_per_second']:7.2f} {row['rounds_per_second']:9.0f} "
-              f"{mean_run:10.2f}", file=stream, flush=True)
+        for batch in batches:
+            with tempfile.TemporaryDirectory() as folder, Store(os.path.join(folder, "bench.db")) as store:
+                start = time.perf_counter()
+                summary = run_sweep(exp, store, executor="local", workers=count, progress=False, batch=batch)
+                seconds = time.perf_counter() - start
+                mean_run = sum(m["run_seconds"] or 0 for m in store.members(exp.name, with_history=False)) / len(specs)
+            if summary.counts.get("done") != runs:
+                raise RuntimeError(f"the benchmark sweep did not finish every run: {summary.counts}")
+            row = {"experiment": exp.name, "workers": count, "batch": batch, "runs": summary.executed,
+                   "rounds": rounds_per_run, "seconds": seconds, "runs_per_second": summary.executed / seconds,
+                   "rounds_per_second": summary.executed * rounds_per_run / seconds, "mean_run_seconds": mean_run}
+            rows.append(row)
+            print(f"    {count:7d} {batch!s:>6s} {seconds:8.1f} {row['runs_per_second']:7.2f} "
+                  f"{row['rounds_per_second']:9.0f} {mean_run:10.2f}", file=stream, flush=True)
     return rows
+
+
+def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, eval_every: int | None = None,
+                backend: str = "numba", stream=None) -> dict:
+    """Runs per second of ``runs`` FedNMap runs (seeds x ``lr_local``) at the sweep shape (logistic + l1,
+    ``d = 64, n = 100, b = 8, Q = 10``), measured three ways in this process:
+
+    * ``loop``: one :func:`fedopt.run` after another (the one-run-at-a-time sweep);
+    * ``batch``: one :func:`fedopt.run_batch` of all runs;
+    * ``kernel``: the fused local-steps kernel alone on the same ``runs * n`` client rows, ``rounds``
+      calls: the floor that the batch's per-round overhead must amortize toward.
+
+    ``eval_every`` defaults to ``rounds`` (the history at the start and the end only). The first
+    runs are excluded: a two-round warm-up fills the kernel caches.
+    """
+    import numpy as np
+
+    import fedopt
+    from fedopt.bench import SHAPES, logistic_problem
+    from fedopt.regularizers import L1
+
+    stream = sys.stdout if stream is None else stream
+    d, n, b, Q, _ = SHAPES["sweep"]
+    eval_every = rounds if eval_every is None else eval_every
+    problem = logistic_problem(d, n, rows_per_client, "float64", backend)
+    reg = L1(1e-3)
+    seeds = [seed // 2 for seed in range(runs)]
+    lrs = [(0.05, 0.1)[seed % 2] for seed in range(runs)]
+    hyper = {"local_steps": Q, "batch_size": b, "gamma": 4.0, "eval_every": eval_every, "progress": False}
+    fedopt.run_batch("fednmap", problem, reg, rounds=2, seeds=seeds[:2], lr_local=lrs[:2], **hyper)  # warm-up
+
+    began = time.perf_counter()
+    for seed, lr in zip(seeds, lrs, strict=True):
+        fedopt.run("fednmap", problem, reg, rounds=rounds, seed=seed, lr_local=lr, **hyper)
+    loop = time.perf_counter() - began
+
+    began = time.perf_counter()
+    results = fedopt.run_batch("fednmap", problem, reg, rounds=rounds, seeds=seeds, lr_local=lrs, **hyper)
+    batch = time.perf_counter() - began
+    failed = [r for r in results if r.error is not None]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of the benchmark's runs failed: {failed[0].error}")
+
+    from fedopt.batch import BatchProblem
+
+    rows_view = BatchProblem(problem, runs).rows
+    kernel_args = _kernel_arguments(rows_view, reg, Q, b, np.repeat(np.asarray(lrs), n))
+    began = time.perf_counter()
+    for _ in range(rounds):
+        rows_view.fused_local_steps(*kernel_args)
+    kernel = time.perf_counter() - began
+    result = {"runs": runs, "rounds": rounds, "eval_every": eval_every, "backend": problem.backend.name,
+              "loop_seconds": loop, "batch_seconds": batch, "kernel_seconds": kernel,
+              "batch_over_loop": loop / batch, "batch_over_kernel": batch / kernel}
+    print(f"{runs} FedNMap runs x {rounds} rounds (logistic + l1, d={d}, n={n}, b={b}, Q={Q}, eval_every="
+          f"{eval_every}, {problem.backend.name}):", file=stream)
+    for name in ("loop", "batch", "kernel"):
+        seconds = result[f"{name}_seconds"]
+        print(f"    {name:6s} {seconds:8.2f} s  {runs / seconds:8.1f} runs/s", file=stream)
+    print(f"    batch runs/s = {result['batch_over_loop']:.1f} x the loop's; batch time = "
+          f"{result['batch_over_kernel']:.2f} x the fused kernel's alone", file=stream)
+    return result
+
+
+def _kernel_arguments(rows_view, reg, Q, b, lr):
+    """``fused_local_steps`` arguments of one FedNMap round on the client rows of ``rows_view``,
+    its minibatches drawn once (the kernel alone, without the round around it)."""
+    import numpy as np
+
+    xp, dtype, p = rows_view.backend.xp, rows_view.dtype, rows_view.n_params
+    rows = rows_view.sample_rows(np.random.default_rng(0), b, steps=Q)
+    kind, thetas, w = reg.separable([4.0] * Q, rows_view.backend, dtype)
+    shift = xp.zeros((rows_view.n_clients, p), dtype=dtype)
+    Z, P = xp.zeros_like(shift), xp.zeros_like(shift)
+    return rows, shift, lr, kind, thetas, w, Z, P
 
 
 class _TimedStore(Store):
@@ -159,4 +238,4 @@ def _point(config: dict) -> str:
     return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str)
 
 
-__all__ = ["bench_sweep", "shortened", "sweep_breakdown"]
+__all__ = ["bench_batch", "bench_sweep", "shortened", "sweep_breakdown"]

@@ -1,12 +1,16 @@
 """Executing the runs of a sweep: in this process, in a local process pool, or on a Dask cluster.
 
-Every executor calls :func:`execute_run` on a plain configuration dict and sends back a plain
-result dict; only the process that owns the :class:`~fedopt.sweep.store.Store` writes it, one
-commit per finished run. A run that raises is stored as ``failed`` with its traceback and the
-sweep goes on; a run stopped by the divergence rule of :func:`fedopt.run` (or by NaN/inf) is
-stored as ``diverged`` with its history.
+The runs are executed in batches (:mod:`fedopt.sweep.batching`, ``batch=`` of :func:`run_sweep`,
+``--batch``): compatible runs (other seeds, real hyperparameters, regularization strengths) run
+together as one :func:`fedopt.run_batch`, one task of the executor. Every executor calls
+:func:`execute_batch` on a list of plain configuration dicts and sends back one plain result dict
+per run; only the process that owns the :class:`~fedopt.sweep.store.Store` writes them, one commit
+per run as its batch returns (a sweep killed during a batch loses that batch's runs, nothing
+stored before). A run that raises is stored as ``failed`` with its traceback and the sweep goes
+on; a run stopped by the divergence rule of :func:`fedopt.run` (or by NaN/inf) is stored as
+``diverged`` with its history.
 
-* ``serial``: one run after the other in this process (debugging, tiny sweeps).
+* ``serial``: one batch after the other in this process (debugging, tiny sweeps).
 * ``local``: a :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes (default:
   the machine's cores), started with ``forkserver`` (``spawn`` where that is missing), never
   ``fork``: Numba's thread pool must not be forked. With several workers each one runs Numba and
@@ -14,19 +18,20 @@ stored as ``diverged`` with its history.
   Workers ignore SIGINT (the owner stops them) and exit by themselves within a second when the
   owner process is gone, even after SIGKILL; the forkserver and the resource tracker then exit
   too, as the last holders of their pipes are gone.
-* ``dask``: the runs are submitted to a Dask cluster, an existing one at ``scheduler``
-  (``tcp://host:8786``) or a ``LocalCluster`` of ``workers`` single-threaded workers started here;
-  results come back to this process as they finish. Every worker needs fedopt installed and the
-  data sets at the same paths.
+* ``dask``: the batches are submitted to a Dask cluster, one task each: an existing cluster at
+  ``scheduler`` (``tcp://host:8786``) or a ``LocalCluster`` of ``workers`` single-threaded workers
+  started here; results come back to this process as they finish. Every worker needs fedopt
+  installed and the data sets at the same paths.
 
 The three runners are in :mod:`fedopt.sweep.runners`; this module claims, drives and stores.
 
 **Sharing a store.** Any number of sweeps (processes on the machine that holds the store, each
 with its local pool or its Dask cluster) may work on one store at once (SQLite's locks are not
-reliable on network file systems): each claims the runs it executes, a few at a time,
-with a lease in the store (:meth:`~fedopt.sweep.store.Store.claim`), renews its leases while the
-runs go on, and leaves alone the runs other sweeps hold. When only runs held by others are left,
-it waits for them and takes over those whose lease expires (their sweep was killed).
+reliable on network file systems): each claims the runs it executes, a few batches at a time (the
+runs of a batch together), with a lease in the store (:meth:`~fedopt.sweep.store.Store.claim`),
+renews its leases while the runs go on, and leaves alone the runs other sweeps hold (a batch runs
+without them). When only runs held by others are left, it waits for them and takes over those
+whose lease expires (their sweep was killed); such runs come back in the batches they left.
 
 **Signals.** SIGTERM is handled like Ctrl-C: the workers are stopped, what finished is kept, the
 claims are released and :class:`SweepSummary` says ``interrupted`` with the signal (the command
@@ -49,6 +54,7 @@ import traceback
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from fedopt.sweep.batching import batch_option, batches, largest_first
 from fedopt.sweep.runners import make_runner
 
 EXECUTORS = ("local", "dask", "serial")
@@ -142,6 +148,45 @@ def execute_run(config: dict, progress: bool | None = False, callback=None) -> d
         record["error"] = traceback.format_exc()[-8000:]
     record["wall_seconds"] = time.perf_counter() - start
     return record
+
+
+def execute_batch(configs, progress: bool | None = False, callback=None) -> list[dict]:
+    """Run compatible configurations (:func:`fedopt.sweep.batching.batches`) as one
+    :func:`fedopt.run_batch` and return one record per configuration, as :func:`execute_run` does.
+
+    Each run's ``run_seconds`` is its share of the time inside :func:`fedopt.run_batch` (the time
+    divided by the number of runs), and ``wall_seconds`` its share of the whole, set-up included.
+    When the batch fails as a whole (its set-up or :func:`fedopt.run_batch` raises), each
+    configuration runs alone through :func:`execute_run`, so that a bad one fails alone with its
+    traceback. One configuration runs through :func:`execute_run`, with ``callback``
+    (:func:`fedopt.run_batch` takes none).
+    """
+    import fedopt
+
+    configs = list(configs)
+    if len(configs) == 1:
+        return [execute_run(configs[0], progress=progress, callback=callback)]
+    start = time.perf_counter()
+    try:
+        first = configs[0]
+        problem, _ = build(first)
+        names = [k for k in first["algorithm"] if k != "name"]
+        began = time.perf_counter()
+        results = fedopt.run_batch(
+            first["algorithm"]["name"], problem, [make_regularizer(c["regularizer"], problem) for c in configs],
+            rounds=first["rounds"], seeds=[c["seed"] for c in configs], eval_every=first["eval_every"],
+            metric_gamma=[c.get("metric_gamma") for c in configs], tol=first.get("tol"), progress=progress,
+            divergence=first.get("divergence", True), **{k: [c["algorithm"][k] for c in configs] for k in names})
+        seconds = (time.perf_counter() - began) / len(configs)
+        histories = [{k: v.tolist() for k, v in result.history.as_dict().items()} for result in results]
+    except Exception:  # run each one alone: the failing ones are stored as failed, the others as usual
+        return [execute_run(config, progress=progress) for config in configs]
+    wall = (time.perf_counter() - start) / len(configs)
+    common = {"run_seconds": seconds, "wall_seconds": wall, "host": socket.gethostname(),
+              "backend": problem.backend.name, "fedopt_version": getattr(fedopt, "__version__", None)}
+    return [{"status": "done" if result.error is None else "diverged", "history": history,
+             "error": None if result.error is None else str(result.error), **common}
+            for result, history in zip(results, histories, strict=True)]
 
 
 # -------------------------------------------------------------------------------------- the sweep
@@ -254,8 +299,8 @@ def default_owner() -> str:
 def run_sweep(experiment, store, executor: str = "local", workers: int | None = None, scheduler: str | None = None,
               backend: str | None = None, resume: bool = True, retry_failed: bool = False,
               progress: bool | None = None, dask_processes: bool = True, on_result=None, lease: float = 60.0,
-              owner: str | None = None) -> SweepSummary:
-    """Execute the runs of ``experiment`` that ``store`` lacks and store each one as it finishes.
+              owner: str | None = None, batch="auto") -> SweepSummary:
+    """Execute the runs of ``experiment`` that ``store`` lacks, in batches; store each run as its batch returns.
 
     Parameters
     ----------
@@ -280,11 +325,16 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
         ``on_result(spec, record)`` after each run executed here is stored.
     lease : float
         Seconds a claim on a run lasts without renewal; renewed every ``lease / 3`` seconds while
-        the run goes on (by the serial executor between the run's evaluations, so a lease shorter
-        than the time between two evaluations lets another sweep run it too). A sweep killed
-        without releasing its claims holds them this long.
+        the run goes on. The serial executor renews between the evaluations of a run alone but
+        only between batches otherwise, so a batch there should finish within the lease (or give
+        a longer one): a shorter lease lets another sweep on the store run the same runs too. A
+        sweep killed without releasing its claims holds them this long.
     owner : str or None
         The claimant's name in the store (default :func:`default_owner`).
+    batch : "auto", "off" or int
+        How runs are grouped into batches of :func:`fedopt.run_batch` (:mod:`fedopt.sweep.batching`):
+        ``"auto"`` (default) cuts each group of compatible runs into ``ceil(size / workers)`` runs at
+        most (and at most 64), an integer ``N`` into at most ``N``; ``"off"`` runs each run alone.
 
     Returns
     -------
@@ -299,6 +349,7 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
         raise ValueError(f"workers must be >= 1 (got {workers!r}); omit --workers to use every core")
     if not (isinstance(lease, (int, float)) and lease > 0):
         raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
+    batch = batch_option(batch)
     owner = owner or default_owner()
     specs = experiment.expand()
     if backend is not None:
@@ -330,8 +381,8 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
         try:
             if todo:
                 runner = make_runner(executor, workers, len(todo), scheduler, dask_processes, claims,
-                                     execute_run)
-                _drive(runner, todo, claims, finished, bar, summary)
+                                     execute_batch)
+                _drive(runner, largest_first(batches(todo, batch, runner.workers)), claims, finished, bar, summary)
             clean = True
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM through _Signals
             summary.interrupted = True
@@ -381,47 +432,52 @@ class _Claims:
         self.renew()
 
 
-def _drive(runner, todo, claims, finished, bar, summary) -> None:
-    """Claim, execute and store the runs ``todo`` until each is stored, here or by another sweep."""
-    spec_of = {spec.key: spec for spec in todo}
-    queue = deque(spec_of)
-    waiting: set = set()  # keys held by a live claim of another sweep
-    inflight: set = set()
+def _drive(runner, units, claims, finished, bar, summary) -> None:
+    """Claim, execute and store the batches ``units`` (lists of specs) until each run is stored, here or by
+    another sweep. The runs of a batch are claimed together and go to the runner as one task; a run held by
+    another sweep waits, and comes back with the others of its batch freed at the same look."""
+    spec_of = {spec.key: spec for unit in units for spec in unit}
+    queue = deque(tuple(spec.key for spec in unit) for unit in units)
+    waiting: dict = {}  # key held by a live claim of another sweep -> the batch it left
     polled = time.monotonic()
 
     def claim(count):
+        """Up to ``count`` batches of runs now claimed by this sweep."""
         got = []
         while len(got) < count and queue:
-            batch = [queue.popleft() for _ in range(min(count - len(got), len(queue)))]
-            taken = claims.take(batch)
-            got += taken
-            mine = set(taken)
-            rest = [k for k in batch if k not in mine]
+            looked = [queue.popleft() for _ in range(min(count - len(got), len(queue)))]
+            mine = set(claims.take([key for unit in looked for key in unit]))
+            rest = [key for unit in looked for key in unit if key not in mine]
             held = claims.held(rest) if rest else {}
-            for key in rest:
-                if key in held:
-                    waiting.add(key)
-                else:  # stored by another sweep since this one started
-                    summary.by_others += 1
-                    bar.update(others=1)
+            for unit in looked:
+                taken = [spec_of[key] for key in unit if key in mine]
+                if taken:
+                    got.append(taken)
+                for key in unit:
+                    if key in held:
+                        waiting[key] = unit
+                    elif key not in mine:  # stored by another sweep since this one started
+                        summary.by_others += 1
+                        bar.update(others=1)
         return got
 
     def poll():
         """Runs no longer held by a live claim go back to the queue (stored ones are then counted)."""
         held = claims.held(list(waiting))
+        freed: dict = {}
         for key in [k for k in waiting if k not in held]:
-            waiting.discard(key)
-            queue.appendleft(key)
+            freed.setdefault(waiting.pop(key), []).append(key)
+        for keys in freed.values():
+            queue.appendleft(tuple(keys))
         bar.update(waiting=len(waiting))
 
     timeout = min(claims.lease / 3, POLL_SECONDS)
     while True:
-        free = runner.capacity - len(inflight)
+        free = runner.capacity - runner.pending
         if free > 0 and queue:
-            for key in claim(free):
-                runner.submit(spec_of[key])
-                inflight.add(key)
-        if not inflight:
+            for unit in claim(free):
+                runner.submit(unit)
+        if not runner.pending:
             if not waiting and not queue:
                 return
             if waiting:
@@ -431,7 +487,6 @@ def _drive(runner, todo, claims, finished, bar, summary) -> None:
                 polled = time.monotonic()
             continue
         for spec, record in runner.wait(timeout):
-            inflight.discard(spec.key)
             finished(spec, record)
         claims.renew()
         if waiting and time.monotonic() - polled >= POLL_SECONDS:
@@ -489,5 +544,5 @@ class _Signals:
             raise SweepInterrupted(name)
 
 
-__all__ = ["EXECUTORS", "SweepInterrupted", "SweepSummary", "build", "default_owner", "execute_run", "load_dataset",
-           "make_problem", "make_regularizer", "plan", "run_sweep"]
+__all__ = ["EXECUTORS", "SweepInterrupted", "SweepSummary", "build", "default_owner", "execute_batch", "execute_run",
+           "load_dataset", "make_problem", "make_regularizer", "plan", "run_sweep"]

@@ -1,15 +1,17 @@
 """Where the runs of a sweep execute: this process, a local process pool, or a Dask cluster.
 
-A runner takes specs (``submit``), gives back ``(spec, record)`` pairs as runs finish
-(``wait``), and stops its workers at once (``stop``) or after the runs in flight (``close``);
-``capacity`` is how many runs it keeps in flight. What each executor does (threads per worker,
-start method, workers that exit with their owner) is described in :mod:`fedopt.sweep.execute`.
+A runner takes batches, lists of specs, as one task each (``submit``), gives back ``(spec, record)``
+pairs as batches finish (``wait``), and stops its workers at once (``stop``) or after the batches in
+flight (``close``); ``capacity`` is how many batches it keeps in flight, ``pending`` how many are,
+and ``workers`` how many run at once. What each executor does (threads per worker, start method,
+workers that exit with their owner) is described in :mod:`fedopt.sweep.execute`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import multiprocessing
 import os
 import signal
@@ -24,7 +26,7 @@ DASK_CONNECT_TIMEOUT = 5.0
 
 
 def make_runner(executor, workers, todo, scheduler, dask_processes, claims, run):
-    """The runner of ``executor`` for ``todo`` runs; ``run(config) -> record`` executes one run."""
+    """The runner of ``executor`` for ``todo`` runs; ``run(configs) -> records`` executes one batch."""
     if executor == "serial":
         return _Serial(claims, run)
     if executor == "local":
@@ -33,21 +35,27 @@ def make_runner(executor, workers, todo, scheduler, dask_processes, claims, run)
 
 
 class _Serial:
-    """Runs one spec at a time in this process, renewing the leases between evaluations."""
+    """Runs one batch at a time in this process, renewing the leases between the evaluations of a run
+    alone (a batch of several runs takes no callback: the leases are renewed between batches)."""
 
-    capacity = 1
+    capacity = workers = 1
 
     def __init__(self, claims, run):
         self.claims, self.run, self.queue = claims, run, deque()
 
-    def submit(self, spec):
-        self.queue.append(spec)
+    @property
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def submit(self, unit):
+        self.queue.append(unit)
 
     def wait(self, timeout):
         if not self.queue:
             return []
-        spec = self.queue.popleft()
-        return [(spec, self.run(spec.config, callback=self.claims.renew_callback))]
+        unit = self.queue.popleft()
+        records = self.run([spec.config for spec in unit], callback=self.claims.renew_callback)
+        return list(zip(unit, records, strict=True))
 
     def stop(self):
         self.queue.clear()
@@ -61,25 +69,24 @@ class _Local:
 
     def __init__(self, workers: int, run):
         threads = 1 if workers > 1 else None
-        self.run = run
+        self.run, self.workers = run, workers
         self.capacity = 2 * workers
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_worker_init,
                                         initargs=(threads, os.getpid(), _start_time(os.getpid())))
         self.futures: dict = {}
 
-    def submit(self, spec):
-        self.futures[self.pool.submit(self.run, spec.config)] = spec
+    @property
+    def pending(self) -> int:
+        return len(self.futures)
+
+    def submit(self, unit):
+        self.futures[self.pool.submit(self.run, [spec.config for spec in unit])] = unit
 
     def wait(self, timeout):
         done, _ = wait(self.futures, timeout=timeout, return_when=FIRST_COMPLETED)
         out = []
         for future in done:
-            spec = self.futures.pop(future)
-            try:
-                record = future.result()
-            except Exception:  # a worker died (out of memory, segfault): store and go on
-                record = {"status": "failed", "history": None, "error": traceback.format_exc()[-8000:]}
-            out.append((spec, record))
+            out += _records(self.futures.pop(future), future)
         return out
 
     def stop(self):
@@ -195,12 +202,18 @@ class _Dask:
                 self.client.run(_dask_worker_setup)
         else:
             self.client = connect(scheduler)
-        self.capacity = 2 * max(1, sum(self.client.nthreads().values()))
+        self.workers = max(1, sum(self.client.nthreads().values()))
+        self.capacity = 2 * self.workers
         self.futures: dict = {}
 
-    def submit(self, spec):
-        future = self.client.submit(self.run, spec.config, key=f"fedopt-run-{spec.key}", pure=False)
-        self.futures[future] = spec
+    @property
+    def pending(self) -> int:
+        return len(self.futures)
+
+    def submit(self, unit):
+        name = unit[0].key if len(unit) == 1 else hashlib.sha1("".join(s.key for s in unit).encode()).hexdigest()
+        future = self.client.submit(self.run, [spec.config for spec in unit], key=f"fedopt-run-{name}", pure=False)
+        self.futures[future] = unit
 
     def wait(self, timeout):
         from distributed import wait as dask_wait
@@ -209,13 +222,8 @@ class _Dask:
             dask_wait(list(self.futures), timeout=timeout, return_when="FIRST_COMPLETED")
         out = []
         for future in [f for f in self.futures if f.done()]:
-            spec = self.futures.pop(future)
-            try:
-                record = future.result()
-            except Exception:  # a lost worker: store and go on
-                record = {"status": "failed", "history": None, "error": traceback.format_exc()[-8000:]}
+            out += _records(self.futures.pop(future), future)
             future.release()
-            out.append((spec, record))
         return out
 
     def stop(self):
@@ -231,6 +239,17 @@ class _Dask:
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None
+
+
+def _records(unit, future) -> list:
+    """``(spec, record)`` for each run of the batch ``unit`` that ``future`` ran; when the task itself
+    failed (a worker died: out of memory, segfault, a lost Dask worker), a ``failed`` record with the
+    traceback for each: stored, and the sweep goes on."""
+    try:
+        return list(zip(unit, future.result(), strict=True))
+    except Exception:
+        record = {"status": "failed", "history": None, "error": traceback.format_exc()[-8000:]}
+        return [(spec, dict(record)) for spec in unit]
 
 
 def connect(scheduler: str, timeout: float = DASK_CONNECT_TIMEOUT):

@@ -103,6 +103,9 @@ class DecentralizedMethod(Algorithm):
         floats = vectors * p * int(graph.degrees.sum())
         return Costs(floats_up=floats, floats_down=floats)
 
+    def batch_refusal(self):
+        return "gossip and the consensus metrics are not batched over runs yet"
+
     # ---- metrics
     def evaluate(self, state: State, gamma: float) -> dict:
         row = super().evaluate(state, gamma)

@@ -48,7 +48,7 @@ class DeepStorm(DecentralizedMethod):
 
     def init(self, problem, regularizer, rng, x0=None):
         graph, mixer = self.network(problem)
-        X = self.per_client(problem, self.start(problem, x0))
+        X = problem.per_client(self.start(problem, x0))
         xp = problem.backend.xp
         n, p = problem.n_clients, problem.n_params
         costs = Costs(grad_evals=n) + self.gossip_costs(graph, p, 1)

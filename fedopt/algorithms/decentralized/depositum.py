@@ -91,7 +91,7 @@ class Depositum(DecentralizedMethod):
 
     def init(self, problem, regularizer, rng, x0=None):
         graph, mixer = self.network(problem)
-        X = self.per_client(problem, self.start(problem, x0))
+        X = problem.per_client(self.start(problem, x0))
         xp = problem.backend.xp
         arrays = {name: xp.zeros_like(X) for name in self._arrays()}
         state = self.new_state(problem, regularizer, rng, graph, mixer, X, Costs(), **arrays)
@@ -133,7 +133,7 @@ class Depositum(DecentralizedMethod):
         """``steps`` iterations without gossip in one kernel call, where the problem has one (linear
         models on the CPU) and the prox is separable; False, with nothing done, otherwise."""
         problem = env.problem
-        separable = self._separable_prox(problem, env.regularizer, problem.dtype, [self.prox_step])
+        separable = env.regularizer.separable([self.prox_step], problem.backend, problem.dtype)
         if separable is None:
             return False
         kind, thetas, w = separable

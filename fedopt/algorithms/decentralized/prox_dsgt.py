@@ -32,7 +32,7 @@ class ProxDSGT(DecentralizedMethod):
 
     def init(self, problem, regularizer, rng, x0=None):
         graph, mixer = self.network(problem)
-        X = self.per_client(problem, self.start(problem, x0))
+        X = problem.per_client(self.start(problem, x0))
         state = self.new_state(problem, regularizer, rng, graph, mixer, X, Costs(grad_evals=problem.n_clients))
         G = self.node_gradients(state.env, X, self.draw_rows(state.env), out=problem.backend.xp.empty_like(X))
         return replace(state, vars={**state.vars, "Y": G.copy(), "G": G})

@@ -45,6 +45,9 @@ class VIMethod(Algorithm):
             raise ValueError(f"{self.name} solves V(z) = 0 without a regularizer, got {regularizer!r}; use "
                              "local-dual-extrapolation for a composite VI")
 
+    def batch_refusal(self):
+        return "the game oracles and the gap measures are not batched over runs yet"
+
     def init(self, problem, regularizer, rng, x0=None):
         z = self.start(problem, x0)
         total = problem.backend.xp.zeros(problem.n_params, dtype="float64")

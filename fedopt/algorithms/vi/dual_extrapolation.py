@@ -57,7 +57,7 @@ class LocalDualExtrapolation(LocalVIMethod):
         eta, steps = self.lr_local, self.local_steps
         done = state.vars["count"]  # local steps so far: t - 1 at the first step of this round
         noise = problem.sample_noise(env.rng, 2 * steps)
-        Z = self.per_client(problem, state.vars["dual"])
+        Z = problem.per_client(state.vars["dual"])
         points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
         for k in range(steps):
             t = done + k + 1

@@ -107,7 +107,7 @@ class LIPPAX(LocalVIMethod):
         gamma, delta = self.inner_step(problem), self.smoothing(problem)
         noise = problem.sample_noise(env.rng, steps * (H + 1))
         shifts = problem.standard_normal(env.rng, (steps * H, problem.n_clients, problem.n_params)) if delta else None
-        Z = self.per_client(problem, state.vars["z"])
+        Z = problem.per_client(state.vars["z"])
         points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
         for k in range(steps):
             X = Z.copy()

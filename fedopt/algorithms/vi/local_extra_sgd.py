@@ -38,7 +38,7 @@ class LocalExtraSGD(LocalVIMethod):
         env = state.env
         problem, eta, steps = env.problem, self.lr_local, self.local_steps
         noise = problem.sample_noise(env.rng, 2 * steps)
-        Z = self.per_client(problem, state.vars["z"])
+        Z = problem.per_client(state.vars["z"])
         points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
         for k in range(steps):
             X = Z - eta * self.oracle(problem, Z, noise, 2 * k)

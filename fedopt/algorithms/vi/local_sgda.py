@@ -27,7 +27,7 @@ class LocalSGDA(LocalVIMethod):
         env = state.env
         problem, eta, steps = env.problem, self.lr_local, self.local_steps
         noise = problem.sample_noise(env.rng, steps)
-        X = self.per_client(problem, state.vars["z"])
+        X = problem.per_client(state.vars["z"])
         points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
         for k in range(steps):
             X = X - eta * self.oracle(problem, X, noise, k)

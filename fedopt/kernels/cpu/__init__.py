@@ -13,7 +13,7 @@ import functools
 import numba
 import numpy as np
 
-from fedopt.kernels import KERNEL_NAMES
+from fedopt.kernels import KERNEL_NAMES, client_bounds
 from fedopt.kernels.cpu import elementwise as _elementwise
 from fedopt.kernels.cpu import mlp as _mlp
 from fedopt.kernels.cpu import models as _models
@@ -65,6 +65,31 @@ _PER_CLIENT_WORK = 100
 _MIN_BALANCED_CLIENTS = 8
 
 
+def _rows_read(offsets, rows):
+    """Rows a call reads: its minibatch rows, or every client's rows at each step when ``rows`` is
+    ``(..., n, 0)`` (rows shared by several clients counted once per client)."""
+    if rows.shape[-1]:
+        return rows.size
+    starts, ends = client_bounds(offsets)
+    return int(np.prod(rows.shape[:-2])) * int((ends - starts).sum())
+
+
+def _per_row(value, dtype, n):
+    """A scalar or a per-row vector as the 1-D ``dtype`` array the kernels index: ``(1,)`` or ``(n,)``."""
+    values = np.asarray(value, dtype).reshape(-1)
+    if values.shape[0] not in (1, n):
+        raise ValueError(f"expected a scalar or {n} values, one per row; got shape {np.shape(value)}")
+    return values
+
+
+def _per_row_thetas(thetas, dtype, n):
+    """Prox parameters ``(Q, k)`` (shared) or ``(Q, n, k)`` as a ``dtype`` array ``(Q, 1, k)`` or ``(Q, n, k)``."""
+    thetas = thetas.astype(dtype)
+    if thetas.ndim == 3 and thetas.shape[1] != n:
+        raise ValueError(f"thetas of shape {thetas.shape} must be (Q, k) or (Q, {n}, k)")
+    return thetas[:, None] if thetas.ndim == 2 else thetas
+
+
 def _work(X, n_rows, n_out, n_clients):
     """The work figure of a pass over ``n_rows`` rows that picks the serial or the parallel kernel."""
     per_row = X.nnz / max(1, X.shape[0]) if hasattr(X, "indptr") else X.shape[1]
@@ -75,52 +100,60 @@ def _work(X, n_rows, n_out, n_clients):
 def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
     """Loss and gradient of a linear model per client, one fused pass per row (dense or CSR ``X``)."""
     scale = W.dtype.type(scale)
-    n_rows = rows.size if rows.shape[1] else X.shape[0]
-    work = _work(X, n_rows, n_out, len(offsets) - 1)
-    _models.linear_oracle_kernel(work, *_model_arrays(X, W), y, offsets, W, rows, kind, n_out, scale, fit_intercept,
-                                 loss_out, grad_out)
+    starts, ends = client_bounds(offsets)
+    work = _work(X, _rows_read(offsets, rows), n_out, len(starts))
+    _models.linear_oracle_kernel(work, *_model_arrays(X, W), y, starts, ends, W, rows, kind, n_out, scale,
+                                 fit_intercept, loss_out, grad_out)
     return loss_out, grad_out
 
 
 def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
-    """A round's local steps in one call: per client and step ``Z -= lr * (grad(P) + D); P = prox(Z)``."""
+    """A round's local steps in one call: per client and step ``Z -= lr * (grad(P) + D); P = prox(Z)``.
+
+    ``lr`` is a scalar or one value per client, ``thetas`` ``(Q, k)`` or ``(Q, n, k)`` (per client).
+    """
     dtype = Z.dtype
-    n_rows = rows.size if rows.shape[2] else rows.shape[0] * X.shape[0]
-    work = _work(X, n_rows, n_out, Z.shape[0])
-    _models.local_steps_kernel(work, *_model_arrays(X, Z), y, offsets, rows, kind, n_out, dtype.type(scale),
-                               fit_intercept, D, dtype.type(lr), prox_kind, thetas.astype(dtype), w, Z, P)
+    work = _work(X, _rows_read(offsets, rows), n_out, Z.shape[0])
+    _models.local_steps_kernel(work, *_model_arrays(X, Z), y, *client_bounds(offsets), rows, kind, n_out,
+                               dtype.type(scale), fit_intercept, D, _per_row(lr, dtype, len(Z)), prox_kind,
+                               _per_row_thetas(thetas, dtype, len(Z)), w, Z, P)
     return Z, P
 
 
 def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta, nesterov,
                    tracking, prox_kind, theta, w, P, NU, MU, Y, G):
-    """DEPOSITUM's local iterations (momentum, prox step, gradient, tracking) of every node in one call."""
-    dtype = P.dtype
-    n_rows = rows.size if rows.shape[2] else rows.shape[0] * X.shape[0]
-    cast = dtype.type  # float32 state stays in float32
-    _models.tracking_steps_kernel(_work(X, n_rows, n_out, P.shape[0]), *_model_arrays(X, P), y, offsets, rows, kind,
-                                  n_out, cast(scale), fit_intercept, node_scale.astype(dtype), cast(gamma),
-                                  cast(1 - gamma), cast(alpha), cast(beta), nesterov, tracking, prox_kind,
+    """DEPOSITUM's local iterations (momentum, prox step, gradient, tracking) of every node in one call.
+
+    ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node.
+    """
+    dtype, n = P.dtype, len(P)  # float32 state stays in float32
+    gamma = np.asarray(gamma)
+    _models.tracking_steps_kernel(_work(X, _rows_read(offsets, rows), n_out, n), *_model_arrays(X, P), y,
+                                  *client_bounds(offsets), rows, kind, n_out, dtype.type(scale), fit_intercept,
+                                  node_scale.astype(dtype), _per_row(gamma, dtype, n), _per_row(1 - gamma, dtype, n),
+                                  _per_row(alpha, dtype, n), _per_row(beta, dtype, n), nesterov, tracking, prox_kind,
                                   theta.astype(dtype), w, P, NU, MU, Y, G)
     return P, NU, MU, Y, G
 
 
 def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):
     """Loss and gradient of the one-hidden-layer MLP per client: one task per client, BLAS per layer."""
-    n_rows = rows.size if rows.shape[1] else X.shape[0]
     with _one_blas_thread():
-        _mlp.mlp_oracle_kernel(n_rows * X.shape[1] * n_hidden, X, y, offsets, W, rows, n_hidden, n_classes,
-                               W.dtype.type(scale), loss_out, grad_out)
+        _mlp.mlp_oracle_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *client_bounds(offsets), W,
+                               rows, n_hidden, n_classes, W.dtype.type(scale), loss_out, grad_out)
     return loss_out, grad_out
 
 
 def local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox_kind, thetas, w, Z, P):
-    """A round's local steps of the MLP in one call: per client and step ``Z -= lr * (grad(P) + D); P = prox(Z)``."""
+    """A round's local steps of the MLP in one call: per client and step ``Z -= lr * (grad(P) + D); P = prox(Z)``.
+
+    ``lr`` and ``thetas`` as in :func:`local_steps_linear`.
+    """
     dtype = Z.dtype
-    n_rows = rows.size if rows.shape[2] else rows.shape[0] * X.shape[0]
     with _one_blas_thread():
-        _mlp.local_steps_mlp_kernel(n_rows * X.shape[1] * n_hidden, X, y, offsets, rows, n_hidden, n_classes,
-                                    dtype.type(scale), D, dtype.type(lr), prox_kind, thetas.astype(dtype), w, Z, P)
+        _mlp.local_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *client_bounds(offsets),
+                                    rows, n_hidden, n_classes, dtype.type(scale), D, _per_row(lr, dtype, len(Z)),
+                                    prox_kind, _per_row_thetas(thetas, dtype, len(Z)), w, Z, P)
     return Z, P
 
 

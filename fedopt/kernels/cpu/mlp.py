@@ -15,6 +15,7 @@ from numba import prange
 
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, kernel
 from fedopt.kernels.cpu.elementwise import _prox_block
+from fedopt.kernels.cpu.models import _row_thetas, _row_value
 
 #: Rows per pass of a full local gradient: bounds the buffers (a client may hold all the data).
 CHUNK = 256
@@ -106,14 +107,15 @@ def _buffers(count, d, h, k, like):
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def mlp_oracle_kernel(X, y, offsets, W, rows, h, k, scale, loss_out, grad_out):
-    """Loss and gradient of every client: one task per client (see :mod:`fedopt.kernels`)."""
-    n = offsets.shape[0] - 1
+def mlp_oracle_kernel(X, y, starts, ends, W, rows, h, k, scale, loss_out, grad_out):
+    """Loss and gradient of every client (rows ``starts[i]:ends[i]`` or ``rows[i]``): one task per
+    client (see :mod:`fedopt.kernels`)."""
+    n = starts.shape[0]
     want_grad = grad_out.shape[0] > 0
     for i in prange(n):
         client = np.int64(i)  # the parallel variant's loop index is unsigned
-        first = offsets[client]
-        count = rows.shape[1] if rows.shape[1] > 0 else offsets[client + 1] - first
+        first = starts[client]
+        count = rows.shape[1] if rows.shape[1] > 0 else ends[client] - first
         A, H, S, G1 = _buffers(count, X.shape[1], h, k, W[0])
         g = grad_out[client] if want_grad else W[0]  # W[0]: a placeholder of the same type, never written
         loss = _client_loss_grad(X, y, rows[client], first, count, W[client if W.shape[0] > 1 else 0], h, k, scale,
@@ -123,14 +125,16 @@ def mlp_oracle_kernel(X, y, offsets, W, rows, h, k, scale, loss_out, grad_out):
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def local_steps_mlp_kernel(X, y, offsets, rows, h, k, scale, D, lr, prox_kind, thetas, w, Z, P):
+def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, scale, D, lr, prox_kind, thetas, w, Z, P):
     """All of a round's local steps, client by client: for ``l < Q``, ``g = grad f_i(P[i]; rows[l, i])``,
-    ``Z[i] -= lr * (g + D[i])``, ``P[i] = prox_l(Z[i])``; a client's state stays in cache for its Q steps."""
+    ``Z[i] -= lr_i * (g + D[i])``, ``P[i] = prox_l(Z[i])`` at ``thetas[l, i]``; a client's state stays in
+    cache for its Q steps. ``lr`` is ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``."""
     n, p = Z.shape
     for i in prange(n):
         client = np.int64(i)
-        first = offsets[client]
-        count = rows.shape[2] if rows.shape[2] > 0 else offsets[client + 1] - first
+        first = starts[client]
+        count = rows.shape[2] if rows.shape[2] > 0 else ends[client] - first
+        rate, theta = _row_value(lr, client), _row_thetas(thetas, client)
         A, H, S, G1 = _buffers(count, X.shape[1], h, k, Z[0])
         g = np.empty(p, dtype=Z.dtype)
         z = Z[client]
@@ -139,8 +143,8 @@ def local_steps_mlp_kernel(X, y, offsets, rows, h, k, scale, D, lr, prox_kind, t
             if D.shape[0] > 0:
                 shift = D[client]
                 for j in range(p):
-                    z[j] -= lr * (g[j] + shift[j])
+                    z[j] -= rate * (g[j] + shift[j])
             else:
                 for j in range(p):
-                    z[j] -= lr * g[j]
-            _prox_block(prox_kind, thetas[step], w, Z, client, 0, p, P)
+                    z[j] -= rate * g[j]
+            _prox_block(prox_kind, theta[step], w, Z, client, 0, p, P)

@@ -53,6 +53,18 @@ def _residual(kind, M, n_out, target, want_loss):
 
 
 @inline
+def _row_value(values, i):
+    """Row ``i``'s entry of a per-row parameter vector: ``values[0]`` when one value serves every row."""
+    return values[0] if values.shape[0] == 1 else values[i]
+
+
+@inline
+def _row_thetas(thetas, i):
+    """Row ``i``'s ``(Q, k)`` prox parameters of a ``(Q, 1, k)`` (shared) or ``(Q, n, k)`` array."""
+    return thetas[:, 0] if thetas.shape[1] == 1 else thetas[:, i]
+
+
+@inline
 def _row(rows, first, t):
     """Global index of a client's ``t``-th row: ``rows[t]``, or ``first + t`` when ``rows`` is empty (all rows)."""
     return rows[t] if rows.shape[0] > 0 else first + t
@@ -194,16 +206,16 @@ def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, k
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, offsets, W, rows, kind, n_out, scale, fit_intercept,
-                         loss_out, grad_out):
-    """Per client: ``M = scale * X_r @ coef.T + b``, ``loss_out[i] = mean(loss(M))``,
-    ``grad_out[i] = [scale * R.T @ X_r, R.sum(0)] / m``."""
-    n = offsets.shape[0] - 1
+def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, W, rows, kind, n_out, scale,
+                         fit_intercept, loss_out, grad_out):
+    """Per client (rows ``starts[i]:ends[i]`` or ``rows[i]``): ``M = scale * X_r @ coef.T + b``,
+    ``loss_out[i] = mean(loss(M))``, ``grad_out[i] = [scale * R.T @ X_r, R.sum(0)] / m``."""
+    n = starts.shape[0]
     want_loss, want_grad = loss_out.shape[0] > 0, grad_out.shape[0] > 0
     for i in prange(n):
         w = W[0] if W.shape[0] == 1 else W[i]
-        first = offsets[i]
-        count = rows.shape[1] if rows.shape[1] > 0 else offsets[i + 1] - first
+        first = starts[i]
+        count = rows.shape[1] if rows.shape[1] > 0 else ends[i] - first
         M = np.empty(2 * n_out + 1, dtype=W.dtype)
         g = grad_out[i] if want_grad else M
         loss = _client_pass(X, data, indices, indptr, dense, d, y, rows[i], first, count, w, kind, n_out, scale,
@@ -259,19 +271,21 @@ def _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_interc
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def local_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kind, n_out, scale, fit_intercept, D,
-                       lr, prox_kind, thetas, w, Z, P):
+def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows, kind, n_out, scale, fit_intercept,
+                       D, lr, prox_kind, thetas, w, Z, P):
     """All of a round's local steps, client by client: for ``l < Q``, ``g = grad f_i(P[i]; rows[l, i])``,
-    ``Z[i] -= lr * (g + D[i])``, ``P[i] = prox_l(Z[i])`` (separable prox of code ``prox_kind``
-    with parameters ``thetas[l]``; IDENTITY copies). ``D`` may be empty (no shift)."""
+    ``Z[i] -= lr_i * (g + D[i])``, ``P[i] = prox_l(Z[i])`` (separable prox of code ``prox_kind``
+    with parameters ``thetas[l, i]``; IDENTITY copies). ``D`` may be empty (no shift). ``lr`` is
+    ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``: see :func:`_row_value`."""
     n, p = Z.shape
     for i in prange(n):
-        first = offsets[i]
-        count = rows.shape[2] if rows.shape[2] > 0 else offsets[i + 1] - first
+        first = starts[i]
+        count = rows.shape[2] if rows.shape[2] > 0 else ends[i] - first
         shift = D[i] if D.shape[0] > 0 else np.zeros(p, dtype=Z.dtype)
+        rate, theta = _row_value(lr, i), _row_thetas(thetas, i)
         if dense and kind != SOFTMAX:
-            _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, lr, prox_kind,
-                                 thetas, w, Z, P)
+            _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, rate, prox_kind,
+                                 theta, w, Z, P)
             continue
         M = np.empty(2 * n_out + 1, dtype=Z.dtype)
         g = np.empty(p, dtype=Z.dtype)
@@ -280,20 +294,23 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kin
             _client_pass(X, data, indices, indptr, dense, d, y, rows[step, i], first, count, P[i], kind, n_out, scale,
                          fit_intercept, M, g, False, True)
             for j in range(p):
-                z[j] -= lr * (g[j] + shift[j])
-            _prox_block(prox_kind, thetas[step], w, Z, i, 0, p, P)
+                z[j] -= rate * (g[j] + shift[j])
+            _prox_block(prox_kind, theta[step], w, Z, i, 0, p, P)
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, offsets, rows, kind, n_out, scale, fit_intercept,
-                          node_scale, gamma, one_minus_gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
-                          P, NU, MU, Y, G):
-    """DEPOSITUM's iterations without gossip, node by node (see ``tracking_steps`` in :mod:`fedopt.kernels`)."""
+def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows, kind, n_out, scale,
+                          fit_intercept, node_scale, gammas, one_minus_gammas, alphas, betas, nesterov, tracking,
+                          prox_kind, theta, w, P, NU, MU, Y, G):
+    """DEPOSITUM's iterations without gossip, node by node (see ``tracking_steps`` in :mod:`fedopt.kernels`);
+    ``gammas``, ``one_minus_gammas``, ``alphas``, ``betas`` hold one value, or one per node."""
     n, p = P.shape
     for i in prange(n):
         node = np.int64(i)  # the parallel variant's loop index is unsigned
-        first = offsets[node]
-        count = rows.shape[2] if rows.shape[2] > 0 else offsets[node + 1] - first
+        first = starts[node]
+        count = rows.shape[2] if rows.shape[2] > 0 else ends[node] - first
+        gamma, one_minus_gamma = _row_value(gammas, node), _row_value(one_minus_gammas, node)
+        alpha, beta = _row_value(alphas, node), _row_value(betas, node)
         M = np.empty(2 * n_out + 1, dtype=P.dtype)
         g = np.empty(p, dtype=P.dtype)
         x, nu, tracker, last = P[node], NU[node], Y[node], G[node]

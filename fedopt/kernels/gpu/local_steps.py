@@ -12,8 +12,8 @@ One thread block per client (``grid = n``) runs all ``Q`` local steps of that cl
   ``u < T`` turn the margins into residuals ``r_u = dloss/dm``, and every thread adds
   ``scale / m * r_u * X[row_u, j]`` to its gradient from the registers: each sampled row is read
   from global memory once per step;
-* the step ends with the fused update ``z -= lr (g + D[i])`` and the separable prox
-  ``x = prox_l(z)`` on the owned coordinates.
+* the step ends with the fused update ``z -= lr_i (g + D[i])`` and the separable prox
+  ``x = prox_l(z)`` at the client's ``thetas[l, i]`` on the owned coordinates.
 
 Block sums are written without warp shuffles (the CUDA simulator has none): the ``T x NT``
 partial sums go to shared memory and are folded ``FAN`` at a time, each thread adding ``FAN``
@@ -52,6 +52,7 @@ from fedopt.kernels import (
     SCAD,
     SOFT,
     SOFT_WEIGHTED,
+    client_bounds,
 )
 from fedopt.kernels.gpu.rows import _stream_of
 
@@ -123,9 +124,9 @@ def _residual(kind, margin, target):
 
 
 @cuda.jit(device=True)
-def _theta(thetas, step, m):
-    """``thetas[step, m]``, or 0 past the row's end (kinds with fewer parameters)."""
-    return float64(thetas[step, m]) if m < thetas.shape[1] else 0.0
+def _theta(thetas, step, row, m):
+    """``thetas[step, row, m]``, or 0 past the parameters' end (kinds with fewer parameters)."""
+    return float64(thetas[step, row, m]) if m < thetas.shape[2] else 0.0
 
 
 # ------------------------------------------------------------------------------ the kernel
@@ -167,17 +168,21 @@ def _build(threads: int, tile: int, per_thread: int, single: bool):
         return src, width
 
     @cuda.jit(**_bounds(NT))
-    def kernel(X, y, offsets, rows, kind, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P, alias):
-        """Client ``blockIdx.x``: for each step ``l``, ``g = grad f_i(x; rows[l, i])``,
-        ``z -= lr (g + D[i])``, ``x = prox_l(z)``; finally ``Z[i] = z``, ``P[i] = x``."""
+    def kernel(X, y, starts, ends, rows, kind, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P, alias):
+        """Client ``i = blockIdx.x`` (rows ``starts[i]:ends[i]``): for each step ``l``,
+        ``g = grad f_i(x; rows[l, i])``, ``z -= lr_i (g + D[i])``, ``x = prox_l(z)`` at ``thetas[l, i]``;
+        finally ``Z[i] = z``, ``P[i] = x``. ``lr`` is ``(1,)`` or ``(n,)`` and ``thetas`` ``(Q, 1, k)``
+        or ``(Q, n, k)``: one for every client, or one each."""
         i = cuda.blockIdx.x
         t = cuda.threadIdx.x
         d = X.shape[1]
         p = Z.shape[1]
         shifted = D.shape[0] > 0
         sampled = rows.shape[2] > 0
-        first = offsets[i]
-        count = rows.shape[2] if sampled else offsets[i + 1] - first
+        first = starts[i]
+        count = rows.shape[2] if sampled else ends[i] - first
+        rate = lr[0] if lr.shape[0] == 1 else lr[i]
+        row = 0 if thetas.shape[1] == 1 else i
         inv_count = 1.0 / count if count > 0 else math.nan  # the mean of no rows
         buf = cuda.shared.array(STAGED, float64)
         res = cuda.shared.array(T, float64)  # the tile's residuals times 1/m
@@ -234,15 +239,15 @@ def _build(threads: int, tile: int, per_thread: int, single: bool):
                     a = e * scale
                     for k in range(KD):
                         g[k * NT + t] += a * tile[u * KD + k]  # 0 past the last column
-            t0, t1, t2 = _theta(thetas, step, 0), _theta(thetas, step, 1), _theta(thetas, step, 2)
-            t3, t4 = _theta(thetas, step, 3), _theta(thetas, step, 4)
+            t0, t1, t2 = _theta(thetas, step, row, 0), _theta(thetas, step, row, 1), _theta(thetas, step, row, 2)
+            t3, t4 = _theta(thetas, step, row, 3), _theta(thetas, step, row, 4)
             for k in range(KD):
                 j = t + k * NT
                 if j < p:
                     grad = rsum if j == d else g[k * NT + t]  # j == d only with an intercept
                     if shifted:
                         grad += D[i, j]
-                    z[k * NT + t] = float64(z[k * NT + t]) - lr * grad
+                    z[k * NT + t] = float64(z[k * NT + t]) - rate * grad
                     x[k * NT + t] = _prox(prox_kind, float64(z[k * NT + t]), t0, t1, t2, t3, t4, w, j)
                     if alias:  # P is Z: the stored z is overwritten by prox(z)
                         z[k * NT + t] = x[k * NT + t]
@@ -300,10 +305,12 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
 
     NumPy, per step ``l``: ``G = grad f_i(P[i]; rows[l, i])``, ``Z -= lr * (G + D)``,
     ``P[:] = prox_l(Z)``. ``X`` is dense (float32, float64 or uint8 scaled by ``scale``),
-    ``kind`` LEAST_SQUARES or LOGISTIC; ``rows`` (``(Q, n, b)`` or ``(Q, n, 0)``), ``offsets`` and
-    ``thetas`` may be host arrays, copied to the device on ``Z``'s stream. ``block`` is the threads
-    per block (a power of two, default about ``p / 4`` clamped to [32, 256]), ``tile`` the rows per
-    tile (default 4).
+    ``kind`` LEAST_SQUARES or LOGISTIC; ``offsets`` is monotone ``(n + 1,)`` or client bounds
+    ``(2, n)`` (see :func:`fedopt.kernels.client_bounds`); ``lr`` is a scalar or one value per
+    client, ``thetas`` ``(Q, k)`` or ``(Q, n, k)`` (per client). ``rows`` (``(Q, n, b)`` or
+    ``(Q, n, 0)``), ``offsets``, ``lr`` and ``thetas`` may be host arrays, copied to the device on
+    ``Z``'s stream. ``block`` is the threads per block (a power of two, default about ``p / 4``
+    clamped to [32, 256]), ``tile`` the rows per tile (default 4).
 
     Returns ``(Z, P)``, or None, with nothing done, for CSR features, SOFTMAX, or a model whose
     state does not fit in :data:`MAX_SHARED_BYTES` (the caller then takes its step-by-step path).
@@ -320,17 +327,24 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
     per_thread = -(-p // threads)
     if _shared_bytes(threads, tile, per_thread, np.dtype(Z.dtype).itemsize) > MAX_SHARED_BYTES:
         return None
+    real = np.dtype(Z.dtype).type  # scale and lr rounded as NumPy does for float32 arrays
+    if np.isscalar(lr) or isinstance(lr, np.ndarray):  # on the host: rounded to Z's dtype, as a vector
+        lr = np.asarray(lr, real).astype(np.float64).reshape(-1)
+    if thetas.ndim == 2:  # shared by every client: (Q, 1, k)
+        thetas = thetas.reshape(thetas.shape[0], 1, thetas.shape[1])
+    if lr.shape[0] not in (1, n) or thetas.shape[1] not in (1, n):
+        raise ValueError(f"lr {lr.shape} and thetas {thetas.shape} must be shared or hold one entry per client ({n})")
     if n == 0 or rows.shape[0] == 0:
         return Z, P
     stream = _stream_of(Z)
     single = np.dtype(Z.dtype) == np.float32
     kernel = _build(threads, tile, per_thread, single)
-    offsets, rows = _on_device(offsets, stream, np.int64), _on_device(rows, stream, np.int64)
-    thetas = _on_device(thetas, stream, np.float64)
-    real = np.dtype(Z.dtype).type  # scale and lr rounded as NumPy does for float32 arrays
+    starts, ends = (_on_device(a, stream, np.int64) for a in client_bounds(offsets))
+    rows = _on_device(rows, stream, np.int64)
+    lr, thetas = _on_device(lr, stream, np.float64), _on_device(thetas, stream, np.float64)
     with warnings.catch_warnings():
         # One block per client is the design; a launch for a few clients is not a mistake.
         warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU under-utilization")
-        kernel[n, threads, stream](X, y, offsets, rows, int(kind), float(real(scale)), bool(fit_intercept), D,
-                                   float(real(lr)), int(prox_kind), thetas, w, Z, P, _pointer(P) == _pointer(Z))
+        kernel[n, threads, stream](X, y, starts, ends, rows, int(kind), float(real(scale)), bool(fit_intercept), D,
+                                   lr, int(prox_kind), thetas, w, Z, P, _pointer(P) == _pointer(Z))
     return Z, P

@@ -1,0 +1,403 @@
+"""``fedopt.run_batch``: R runs of one method as one computation, on a leading run axis.
+
+A batch keeps the layout of one run with a run axis in front: the server's arrays (``x``, ``z``,
+the server's own state) are ``(R, 1, p)``, the clients' arrays ``(R, n, p)``, and hyperparameters
+that differ between runs are ``(R, 1, 1)`` arrays (:meth:`~fedopt.algorithms.base.Algorithm.stack`),
+so that a method's round reads as for one run and broadcasting does the rest. The pieces that
+know about the axis:
+
+* :class:`BatchProblem`: the oracles and the fused local loops run on the ``R n`` client rows as
+  one flat ``(R n, p)`` array over the shared data (:meth:`~fedopt.problems.base.Problem.tiled`:
+  client row ``r n + i`` is client ``i``); the server's average is a weighted sum per run; each
+  run draws its minibatches from its own generator, and the draws are concatenated in run order,
+  so run ``r`` sees the rows that :func:`fedopt.run` with its seed sees.
+* :class:`BatchRegularizer`: each run's own ``phi`` and prox step, one prox call per group of
+  runs that share both (one call for a plain seed sweep).
+* :func:`run_batch`: the rounds, one history per run, and each run's stop (divergence, ``tol``)
+  on its own: a stopped run leaves the batch, which goes on with the others.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import fields, replace
+
+import numpy as np
+
+from fedopt import algorithms
+from fedopt.algorithms.base import Env, Start, State
+from fedopt.kernels.cpu.sampling import minibatch_rows
+from fedopt.metrics import evaluate_runs
+from fedopt.run import COLUMNS, History, Result, check_run_arguments, divergence_error
+
+
+class BatchSplitWarning(UserWarning):
+    """A batch of runs was split because it would not fit in memory at once."""
+
+
+class BatchProblem:
+    """``R`` runs of one problem: the oracles of :class:`~fedopt.problems.base.Problem` on
+    ``(R, n, p)`` client arrays and ``(R, 1, p)`` server arrays."""
+
+    def __init__(self, problem, n_runs: int):
+        self.problem, self.n_runs = problem, n_runs
+        self.rows = problem.tiled(n_runs)
+        self.backend, self.dtype = problem.backend, problem.dtype
+        self.n_clients, self.n_params = problem.n_clients, problem.n_params
+
+    def take(self, keep) -> BatchProblem:
+        return BatchProblem(self.problem, len(keep))
+
+    @property
+    def client_shape(self) -> tuple[int, int, int]:
+        return self.n_runs, self.n_clients, self.n_params
+
+    def per_client(self, v):
+        """``(R, n, p)``: each run's server vector ``v[r]`` (``(R, 1, p)``) in every client row."""
+        out = self.backend.xp.empty(self.client_shape, dtype=v.dtype)
+        out[...] = v
+        return out
+
+    def client_zeros(self):
+        return self.backend.xp.zeros(self.client_shape, dtype=self.dtype)
+
+    def average(self, per_client):
+        """``sum_i w_i v_{r,i}`` for every run ``r``: ``(R, n, p)`` to ``(R, 1, p)``."""
+        return (self.problem._weights_device @ per_client)[:, None, :]
+
+    def sample_rows(self, rngs, batch_size: int, steps: int | None = None) -> np.ndarray:
+        """Every run's minibatch rows from its own generator: ``(R n, b)`` or ``(steps, R n, b)``."""
+        shape = (self.n_clients, int(batch_size)) if steps is None else (int(steps), self.n_clients, int(batch_size))
+        u = np.stack([rng.random(shape) for rng in rngs], axis=-3)
+        u = u.reshape(*shape[:-2], self.n_runs * self.n_clients, shape[-1])
+        return minibatch_rows(u, self.rows._client_sizes, self.rows._starts)
+
+    def client_grad(self, W, rows=None, out=None):
+        G = self.rows.client_grad(_flat(W), rows, out=None if out is None else _flat(out))
+        return G.reshape(self.client_shape)
+
+    def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
+        if D.size:
+            D = self.backend.xp.ascontiguousarray(self.backend.xp.broadcast_to(D, Z.shape))
+        return self.rows.fused_local_steps(rows, _flat(D), self._per_row(lr), prox_kind, self._per_row(thetas, axis=1),
+                                           w, _flat(Z), _flat(P))
+
+    def _per_row(self, values, axis=0):
+        """Per-run values (``(R, 1, 1)`` hyperparameters, or ``(Q, R, k)`` prox parameters) repeated for
+        each run's ``n`` client rows, on the host; a scalar or shared ``(Q, k)`` array stays as it is."""
+        if np.ndim(values) == 0 or (axis == 1 and np.ndim(values) == 2):
+            return values
+        host = self.backend.to_numpy(values)
+        return np.repeat(host.reshape(-1) if axis == 0 else host, self.n_clients, axis=axis)
+
+    def loss_grad(self, X):
+        """Each run's ``(f(x_r), grad f(x_r))`` at the server points ``X`` ``(R, 1, p)``: R floats, ``(R, 1, p)``."""
+        losses, grads = self.rows.client_loss_grad(_flat(self.per_client(X)))
+        weights = self.problem._weights_device
+        losses = losses.reshape(self.n_runs, self.n_clients)
+        return [float(weights @ run) for run in losses], self.average(grads.reshape(self.client_shape))
+
+    def grad(self, X):
+        return self.average(self.client_grad(self.per_client(X)))
+
+
+def _flat(A):
+    """An ``(R, n, p)`` array as its ``(R n, p)`` rows (a view); 2-D arrays stay as they are."""
+    return A if A.ndim == 2 else A.reshape(-1, A.shape[-1])
+
+
+class BatchRegularizer:
+    """The regularizers ``phi_r`` of ``R`` runs (equal ones for a seed sweep, different strengths for
+    a regularization path), applied to arrays with a run axis in front."""
+
+    def __init__(self, regularizers, backend):
+        self.regularizers, self.backend = list(regularizers), backend
+        self._shared = all(reg == self.regularizers[0] for reg in self.regularizers)
+        self._forms: dict = {}
+
+    def take(self, keep) -> BatchRegularizer:
+        return BatchRegularizer([self.regularizers[i] for i in keep], self.backend)
+
+    def _groups(self, step) -> dict:
+        """``{(phi, step): run positions}`` for the runs that share both."""
+        if np.ndim(step) == 0 and self._shared:
+            return {(self.regularizers[0], float(step)): slice(None)}
+        steps = self._steps(step)
+        groups: dict = {}
+        for r, key in enumerate(zip(self.regularizers, steps, strict=True)):
+            groups.setdefault(key, []).append(r)
+        return groups
+
+    def _steps(self, step) -> list[float]:
+        if np.ndim(step) == 0:
+            return [float(step)] * len(self.regularizers)
+        return self.backend.to_numpy(step).reshape(-1).tolist()
+
+    def prox(self, Z, step, out=None):
+        """``prox_{step_r phi_r}`` of each run's rows of ``Z`` (``(R, k, p)``); ``step`` a float or ``(R, 1, 1)``."""
+        xp, p = self.backend.xp, Z.shape[-1]
+        out = xp.empty_like(Z) if out is None else out
+        for (reg, s), runs in self._groups(step).items():
+            if isinstance(runs, slice):
+                reg.prox(_flat(Z), s, out=_flat(out))
+            else:
+                index = xp.asarray(runs)
+                out[index] = reg.prox(_flat(Z[index]), s).reshape(len(runs), -1, p)
+        return out
+
+    def value(self, X) -> list[float]:
+        """``phi_r(x_r)`` of each run's server point ``X[r]`` (``(R, 1, p)``)."""
+        host = self.backend.to_numpy(X).reshape(len(self.regularizers), -1)
+        return [reg.value(x) for reg, x in zip(self.regularizers, host, strict=True)]  # one run's own reduction
+
+    def separable(self, steps, backend, dtype):
+        """:meth:`fedopt.regularizers.Regularizer.separable` with per-run steps: thetas ``(Q, R, k)``,
+        or None when a run's prox is row-wise or the runs' prox kinds or weights differ."""
+        key = tuple(s if np.ndim(s) == 0 else backend.to_numpy(s).tobytes() for s in steps)
+        if key not in self._forms:
+            if len(self._forms) > 256:
+                self._forms.clear()
+            per_run = zip(self.regularizers, zip(*(self._steps(s) for s in steps), strict=True), strict=True)
+            forms = {}
+            runs = [forms.setdefault(k, k[0].separable(list(k[1]), backend, dtype)) for k in per_run]
+            first = runs[0]
+            uniform = first is not None and all(
+                f is not None and f[0] == first[0] and _same(backend, f[2], first[2])
+                for f in forms.values())
+            self._forms[key] = (first[0], np.stack([f[1] for f in runs], axis=1), first[2]) if uniform else None
+        return self._forms[key]
+
+
+def _same(backend, a, b) -> bool:
+    """Whether two prox weight arrays are the same (one object, or equal values)."""
+    return a is b or (a.shape == b.shape and bool(backend.xp.array_equal(a, b)))
+
+
+def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds, backend=None, eval_every: int = 1,
+              x0=None, metric_gamma=None, tol: float | None = None, progress: bool | None = None, divergence=True,
+              max_batch: int | None = None, **hyperparameters) -> list[Result]:
+    """Run ``len(seeds)`` runs of ``algorithm`` as one batch: result ``r`` is what :func:`fedopt.run`
+    returns for ``seed=seeds[r]`` and the ``r``-th value of every argument given as a list.
+
+    ``regularizer``, ``x0``, ``metric_gamma`` and any hyperparameter may be one value (all runs) or
+    a list with one value per seed (a regularization path is a list of regularizers). The runs
+    share the problem (its data, partition and client weights) and the values that set a round's
+    shape (``local_steps``, ``batch_size``, ...); :func:`fedopt.sweep` groups runs accordingly.
+
+    A run that diverges or stalls, or that reaches ``tol``, stops on its own and leaves the batch:
+    its result keeps its history, and ``result.error`` holds the :class:`~fedopt.run.DivergenceError`
+    that :func:`fedopt.run` would have raised (None for a run that finished). The history's
+    ``seconds`` is each run's share of the batch's training time (a round's time divided among the
+    runs in it). A batch that would not fit in half the free memory (host RAM, or device memory for
+    ``backend="gpu"``) runs as several smaller ones, with a :class:`BatchSplitWarning`;
+    ``max_batch`` caps the runs computed together.
+
+    Methods whose rounds are not batched yet (the decentralized and the VI methods, Scaffnew with
+    random step counts) raise ValueError naming the method.
+    """
+    from fedopt.regularizers import Zero
+
+    seeds = list(seeds)
+    count = len(seeds)
+    if count == 0:
+        raise ValueError("seeds must list at least one seed: one run per seed")
+    per_run = {name: _per_run(name, value, count) for name, value in hyperparameters.items()}
+    methods = [algorithms.make(algorithm, **{name: values[r] for name, values in per_run.items()})
+               for r in range(count)]
+    refusal = methods[0].batch_refusal()
+    if refusal:
+        raise ValueError(f"{methods[0].name} cannot run batched: {refusal}; run it with fedopt.run "
+                         "(a sweep does so with --batch off)")
+    rounds, eval_every, rule = check_run_arguments(rounds, eval_every, tol, divergence)
+    if backend is not None:
+        problem = problem.on(backend)
+    regularizers = _per_run("regularizer", Zero() if regularizer is None else regularizer, count)
+    gammas = []
+    for method, reg, gamma in zip(methods, regularizers, _per_run("metric_gamma", metric_gamma, count), strict=True):
+        method.check(problem, reg)
+        gamma = float(gamma if gamma is not None else getattr(method, "gamma", 1.0))
+        gammas.append(reg.check_step(gamma, "metric_gamma"))
+    type(methods[0]).stack(methods, np, np.float64)  # refuse runs that cannot share a batch before any work
+    x0s = _per_run("x0", x0, count, vector=True)
+    size = _batch_size(problem, methods[0], count, max_batch)
+    show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
+    results = []
+    for first in range(0, count, size):
+        part = slice(first, first + size)
+        results += _Batch(problem, methods[part], regularizers[part], seeds[part], gammas[part], x0s[part],
+                          rule, tol, show).run(rounds, eval_every)
+    return results
+
+
+def _per_run(name, value, count, vector=False) -> list:
+    """One value per run: a list or tuple of ``count`` values, or one value repeated."""
+    if isinstance(value, (list, tuple)) and not (vector and value and np.ndim(value[0]) == 0):
+        if len(value) != count:
+            raise ValueError(f"{name} lists {len(value)} values for {count} seeds: give one value per seed, "
+                             "or one value for all runs")
+        return list(value)
+    return [value] * count
+
+
+def _batch_size(problem, method, count: int, max_batch: int | None) -> int:
+    """How many runs go in one batch: ``count``, unless ``max_batch`` or half the free memory caps it."""
+    if max_batch is not None and (isinstance(max_batch, bool) or int(max_batch) != max_batch or max_batch < 1):
+        raise ValueError(f"max_batch must be an integer >= 1 or None, got {max_batch!r}")
+    size = count if max_batch is None else min(count, int(max_batch))
+    n, p, itemsize = problem.n_clients, problem.n_params, problem.dtype.itemsize
+    samples = (getattr(method, "batch_size", None) or 0) * getattr(method, "local_steps", 1)
+    # about ten client arrays (state, iterates, gradients, temporaries) and the minibatch draws
+    per_run = n * (10 * p * itemsize + 16 * samples)
+    free = _free_memory(problem.backend)
+    fits = max(1, int(free // 2 // per_run)) if free else size
+    if fits < size:
+        warnings.warn(f"{count} runs need about {count * per_run / 2**30:.2f} GiB, more than half the free memory "
+                      f"({free / 2**30:.2f} GiB): running them in batches of {fits}", BatchSplitWarning, stacklevel=3)
+        size = fits
+    return size
+
+
+def _free_memory(backend) -> int | None:
+    """Free bytes where the batch lives: device memory for the GPU backend, host RAM otherwise."""
+    if backend.name == "gpu":
+        return int(backend.xp.cuda.runtime.memGetInfo()[0])
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not Linux: no check
+        return None
+
+
+class _Batch:
+    """One batch's rounds; runs leave it as they stop."""
+
+    def __init__(self, problem, methods, regularizers, seeds, gammas, x0s, rule, tol, show):
+        self.problem, self.methods, self.seeds, self.gammas = problem, methods, seeds, gammas
+        self.regularizers, self.rule, self.tol, self.show = regularizers, rule, tol, show
+        count, backend = len(methods), problem.backend
+        self.xp, self.dtype = backend.xp, problem.dtype
+        self.method = type(methods[0]).stack(methods, self.xp, self.dtype)
+        self.columns = COLUMNS + tuple(c for c in self.method.extra_columns if c not in COLUMNS)
+        self.histories = [History(self.columns) for _ in range(count)]
+        self.results: list[Result | None] = [None] * count
+        self.active = list(range(count))  # the runs still in the batch, by position
+        self.seconds = np.zeros(count)
+        starts = []
+        for seed, reg, gamma, x0 in zip(seeds, regularizers, gammas, x0s, strict=True):
+            w0 = problem.init(seed) if x0 is None else x0
+            starts.append(Start.prox_of(reg, backend.asarray(w0, dtype=self.dtype), gamma))
+        stacked = [self.xp.stack([getattr(s, name) for s in starts])[:, None] for name in ("x", "subgradient")]
+        start = Start(*stacked)
+        env = Env(BatchProblem(problem, count), BatchRegularizer(regularizers, backend),
+                  [np.random.default_rng(seed) for seed in seeds])
+        self.gamma = self._per_run_value(gammas)
+        self.state = self.method.init(env.problem, env.regularizer, env.rng, start)
+
+    def _per_run_value(self, values):
+        return values[0] if len(set(values)) == 1 else self.xp.asarray(values, dtype=self.dtype).reshape(-1, 1, 1)
+
+    def run(self, rounds: int, eval_every: int) -> list[Result]:
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported per run, once
+            last_finite = self.state
+            self._record(self.state, last_finite)
+            for t in range(1, rounds + 1):
+                if not self.active:
+                    break
+                begun = time.perf_counter()
+                self.state = self.method.round(self.state)
+                self.seconds[self.active] += (time.perf_counter() - begun) / len(self.active)
+                finite = self.xp.isfinite(self.state.x).reshape(len(self.active), -1).all(axis=1)
+                for position in np.flatnonzero(~self.problem.backend.to_numpy(finite)):
+                    self._stop(position, last_finite, f"the model has NaN or inf entries after round {t}", "nonfinite")
+                if t % eval_every == 0 or t == rounds:
+                    self._record(self.state, last_finite)
+                last_finite = self.state
+                self._leave(t, rounds)
+                if self.show:
+                    print(f"\r{self.method.name} x{len(self.methods)}: round {t}/{rounds}, "
+                          f"{len(self.active)} runs going", end="", file=sys.stderr, flush=True)
+            for position, run in enumerate(self.active):
+                stalled = self.rule.check_end(self.histories[run]) if self.rule is not None else None
+                if stalled:
+                    self._stop(position, self.state, stalled, "stalled")
+                else:
+                    self._finish(position, self.state)
+        if self.show:
+            print(file=sys.stderr)
+        return self.results
+
+    def _record(self, state, last_finite):
+        """Evaluate every run in the batch; stop those whose values are not finite, or that a rule or ``tol`` stops."""
+        env = state.env
+        rows = evaluate_runs(env.problem, env.regularizer, state.x, state.z, self.gamma)
+        for position, (run, row) in enumerate(zip(self.active, rows, strict=True)):
+            if self.results[run] is not None:
+                continue
+            row = {"round": state.round, **row, **{f.name: getattr(state.costs, f.name) for f in fields(state.costs)},
+                   "seconds": self.seconds[run]}
+            if not (math.isfinite(row["objective"]) and math.isfinite(row["stationarity"])):
+                self._stop(position, last_finite, f"the objective is {row['objective']:.4g} and ||F_nat||^2 "
+                           f"{row['stationarity']:.4g} at round {state.round}", "nonfinite")
+                continue
+            history = self.histories[run]
+            history.append(row)
+            fired = self.rule.check(history) if self.rule is not None else None
+            if fired:
+                self._stop(position, state, fired[1], fired[0])
+            elif self.tol is not None and row["stationarity"] <= self.tol:
+                self._finish(position, state, converged=True)
+
+    def _result(self, position, state, converged=False) -> Result:
+        run = self.active[position]
+        view = _run_view(state, position, len(self.active), self.problem, self.regularizers[run], self.seeds[run])
+        return Result(self.problem.backend.to_numpy(view.x).copy(), self.histories[run], self.methods[run], view,
+                      self.seeds[run], self.gammas[run], converged)
+
+    def _finish(self, position, state, converged=False):
+        self.results[self.active[position]] = self._result(position, state, converged)
+
+    def _stop(self, position, state, what, kind):
+        result = self._result(position, state)
+        result.error = divergence_error(self.method.name, what, kind, result)
+        self.results[self.active[position]] = result
+
+    def _leave(self, t, rounds):
+        """Drop the runs that stopped this round from the batch's arrays."""
+        keep = [p for p, run in enumerate(self.active) if self.results[run] is None]
+        if len(keep) == len(self.active) or not keep:
+            self.active = [self.active[p] for p in keep]
+            return
+        index = self.xp.asarray(keep)
+        count = len(self.active)
+        state = self.state
+
+        def pick(a):
+            return a[index] if getattr(a, "ndim", 0) >= 1 and a.shape[0] == count else a
+
+        env = Env(state.env.problem.take(keep), state.env.regularizer.take(keep), [state.env.rng[p] for p in keep])
+        self.state = replace(state, env=env, x=pick(state.x), z=None if state.z is None else pick(state.z),
+                             vars={name: pick(value) for name, value in state.vars.items()})
+        self.method = self.method.take(index)
+        self.gamma = self.gamma if np.ndim(self.gamma) == 0 else self.gamma[index]
+        self.active = [self.active[p] for p in keep]
+
+
+def _run_view(state, position, count, problem, regularizer, seed) -> State:
+    """Run ``position``'s slice of a batch state, in the layout of one run: server arrays ``(p,)``,
+    client arrays ``(n, p)``."""
+
+    def one(a):
+        if getattr(a, "ndim", 0) < 1 or a.shape[0] != count:
+            return a
+        return a[position, 0] if a.ndim == 3 and a.shape[1] == 1 and problem.n_clients > 1 else a[position]
+
+    x = state.x[position, 0]
+    z = None if state.z is None else state.z[position, 0]
+    return State(Env(problem, regularizer, state.env.rng[position]), x, z, state.round, state.costs,
+                 {name: one(value) for name, value in state.vars.items()})
+
+
+__all__ = ["BatchProblem", "BatchRegularizer", "BatchSplitWarning", "run_batch"]

@@ -1,0 +1,179 @@
+"""fedopt.run_batch: run r of a batch equals fedopt.run with the r-th seed and values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+
+import fedopt
+from fedopt import batch
+from fedopt.datasets import partition
+from fedopt.problems import MLP, LeastSquares, Logistic
+from fedopt.regularizers import L1, MCP, GroupLasso, Zero
+
+METRICS = ("stationarity", "normal_map", "objective", "test_accuracy", "nnz", "grad_evals", "floats_up")
+
+
+def make_data(dtype=None):
+    """Five clients of unequal sizes (Dirichlet label skew), some odd and some even."""
+    X, y = make_classification(240, 11, n_informative=6, random_state=0)
+    return partition(X, y, n_clients=5, scheme="dirichlet", seed=0, dtype=dtype)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_data()
+
+
+def logistic(data, backend="numba"):
+    return Logistic(data, backend=backend)
+
+
+def assert_same_run(single, batched, rtol=0.0):
+    """The batched run's model and history equal the single run's: bit for bit on the CPU backends
+    (each client row does the same arithmetic in the same order), or to ``rtol``."""
+    assert batched.error is None
+    assert len(single.history) == len(batched.history)
+    np.testing.assert_allclose(batched.x, single.x, rtol=rtol, atol=0)
+    for column in METRICS:
+        np.testing.assert_allclose(batched.history[column], single.history[column], rtol=rtol, atol=0)
+    np.testing.assert_array_equal(batched.history["round"], single.history["round"])
+
+
+CASES = [
+    ("fednmap", L1(0.02), {"gamma": 2.0}),
+    ("fedavg", L1(0.02), {}),
+    ("scaffold", Zero(), {}),
+    ("fedmid", MCP(0.02, 4.0), {}),
+    ("fedda", L1(0.02), {}),
+    ("fedcanon", L1(0.02), {}),
+    ("fedcanon2", GroupLasso(0.02, groups=np.arange(11) % 3), {}),
+    ("zhang", L1(0.02), {}),
+    ("feddr", L1(0.02), {"gamma": 1.0}),
+    ("fedadmm", L1(0.02), {"gamma": 1.0}),
+    ("scaffnew", Zero(), {"random_steps": False, "comm_prob": 0.25}),
+]
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize(("method", "reg", "extra"), CASES, ids=[c[0] for c in CASES])
+def test_batch_equals_single_runs(data, backend, method, reg, extra):
+    problem = logistic(data, backend)
+    seeds, lrs = [3, 0, 7], [0.05, 0.1, 0.05]
+    common = {"rounds": 9, "eval_every": 4, "batch_size": 6, **extra}
+    if method not in ("scaffnew",):
+        common["local_steps"] = 3
+    results = fedopt.run_batch(method, problem, reg, seeds=seeds, lr_local=lrs, **common)
+    for seed, lr, result in zip(seeds, lrs, results, strict=True):
+        single = fedopt.run(method, problem, reg, seed=seed, lr_local=lr, **common)
+        assert_same_run(single, result)
+        assert result.seed == seed and result.algorithm.lr_local == lr
+
+
+def test_regularization_path_and_full_gradients(data):
+    """A list of regularizers (a lambda path) and full local gradients batch too."""
+    problem = logistic(data)
+    regs = [L1(0.001), L1(0.01), L1(0.05)]
+    results = fedopt.run_batch("fednmap", problem, regs, seeds=[1, 1, 1], rounds=8, batch_size=None, local_steps=2,
+                               lr_local=0.1, gamma=[1.0, 2.0, 1.0])
+    for reg, gamma, result in zip(regs, [1.0, 2.0, 1.0], results, strict=True):
+        single = fedopt.run("fednmap", problem, reg, seed=1, rounds=8, batch_size=None, local_steps=2, lr_local=0.1,
+                            gamma=gamma)
+        assert_same_run(single, result)
+    assert results[0].history["nnz"][-1] > results[2].history["nnz"][-1]  # the path: stronger l1, sparser
+
+
+def test_mlp_batch(data):
+    problem = MLP(data, hidden=4, backend="numba")
+    results = fedopt.run_batch("fedcanon", problem, L1(1e-3), seeds=[0, 1], rounds=4, local_steps=2, batch_size=5,
+                               lr_local=[0.05, 0.1])
+    for seed, lr, result in zip([0, 1], [0.05, 0.1], results, strict=True):
+        single = fedopt.run("fedcanon", problem, L1(1e-3), seed=seed, rounds=4, local_steps=2, batch_size=5,
+                            lr_local=lr)
+        assert_same_run(single, result)
+
+
+def test_float32_batch(data):
+    problem = logistic(make_data(np.float32))
+    results = fedopt.run_batch("fednmap", problem, L1(0.02), seeds=[0, 1], rounds=6, local_steps=3, batch_size=4,
+                               lr_local=[0.05, 0.1])
+    for seed, lr, result in zip([0, 1], [0.05, 0.1], results, strict=True):
+        single = fedopt.run("fednmap", problem, L1(0.02), seed=seed, rounds=6, local_steps=3, batch_size=4, lr_local=lr)
+        assert result.x.dtype == np.float32
+        np.testing.assert_allclose(result.x, single.x, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("problem_class", "huge", "divergence", "rule"), [
+    (Logistic, 1e4, True, "objective"),
+    (LeastSquares, 1e3, None, "nonfinite"),
+])
+def test_diverging_run_stops_alone(data, problem_class, huge, divergence, rule):
+    """A run whose step is far too large stops with its history and error; the others finish unchanged."""
+    problem = problem_class(data, backend="numba")
+    lrs = [0.1, huge, 0.05]
+    kwargs = {"rounds": 40, "local_steps": 3, "batch_size": 6, "divergence": divergence}
+    results = fedopt.run_batch("fedavg", problem, L1(0.01), seeds=[0, 1, 2], lr_local=lrs, **kwargs)
+    failed = results[1]
+    assert isinstance(failed.error, fedopt.DivergenceError) and "fedavg diverged" in str(failed.error)
+    with pytest.raises(fedopt.DivergenceError) as single:
+        fedopt.run("fedavg", problem, L1(0.01), seed=1, lr_local=huge, **kwargs)
+    assert failed.error.rule == single.value.rule == rule
+    assert str(failed.error) == str(single.value)
+    failed.error = None
+    assert_same_run(single.value.result, failed)
+    for seed in (0, 2):
+        assert_same_run(fedopt.run("fedavg", problem, L1(0.01), seed=seed, lr_local=lrs[seed], **kwargs),
+                        results[seed])
+
+
+def test_tol_stops_each_run_on_its_own(data):
+    problem = logistic(data)
+    results = fedopt.run_batch("fednmap", problem, L1(0.02), seeds=[0, 0], rounds=200, batch_size=None,
+                               local_steps=2, lr_local=[0.2, 0.02], tol=1e-4, eval_every=5)
+    assert results[0].converged and results[0].history["round"][-1] < results[1].history["round"][-1]
+    for lr, result in zip([0.2, 0.02], results, strict=True):
+        single = fedopt.run("fednmap", problem, L1(0.02), seed=0, rounds=200, batch_size=None, local_steps=2,
+                            lr_local=lr, tol=1e-4, eval_every=5)
+        assert single.converged == result.converged
+        assert_same_run(single, result)
+
+
+def test_split_batches_give_the_same_runs(data, monkeypatch):
+    problem = logistic(data)
+    kwargs = {"rounds": 5, "local_steps": 2, "batch_size": 4, "lr_local": [0.05, 0.1, 0.2]}
+    whole = fedopt.run_batch("fednmap", problem, L1(0.02), seeds=[0, 1, 2], **kwargs)
+    capped = fedopt.run_batch("fednmap", problem, L1(0.02), seeds=[0, 1, 2], max_batch=2, **kwargs)
+    monkeypatch.setattr(batch, "_free_memory", lambda backend: 1000)
+    with pytest.warns(batch.BatchSplitWarning, match="batches of 1"):
+        split = fedopt.run_batch("fednmap", problem, L1(0.02), seeds=[0, 1, 2], **kwargs)
+    for a, b, c in zip(whole, capped, split, strict=True):
+        assert np.array_equal(a.x, b.x) and np.array_equal(a.x, c.x)
+
+
+@pytest.mark.parametrize(("method", "extra", "match"), [
+    ("depositum", {}, "depositum cannot run batched: gossip"),
+    ("scaffnew", {"random_steps": True}, "scaffnew cannot run batched: with random_steps=True"),
+])
+def test_methods_that_cannot_batch_say_so(data, method, extra, match):
+    with pytest.raises(ValueError, match=match):
+        fedopt.run_batch(method, logistic(data), seeds=[0, 1], rounds=2, **extra)
+
+
+def test_vi_methods_cannot_batch_yet():
+    from fedopt.problems.vi import BilinearGame
+
+    with pytest.raises(ValueError, match="lippax cannot run batched: the game oracles"):
+        fedopt.run_batch("lippax", BilinearGame(n_clients=2, dim=3, seed=0), seeds=[0, 1], rounds=2)
+
+
+def test_bad_batch_arguments(data):
+    problem = logistic(data)
+    with pytest.raises(ValueError, match="lr_local lists 2 values for 3 seeds"):
+        fedopt.run_batch("fednmap", problem, seeds=[0, 1, 2], lr_local=[0.1, 0.2])
+    with pytest.raises(ValueError, match="seeds must list at least one seed"):
+        fedopt.run_batch("fednmap", problem, seeds=[])
+    with pytest.raises(ValueError, match="only with one value of local_steps"):
+        fedopt.run_batch("fednmap", problem, seeds=[0, 1], local_steps=[2, 3])
+    with pytest.raises(ValueError, match="gamma"):
+        fedopt.run_batch("fednmap", problem, MCP(0.1, 2.0), seeds=[0, 1], gamma=[1.0, 3.0])
