@@ -29,7 +29,7 @@ from dataclasses import fields, replace
 import numpy as np
 
 from fedopt import algorithms
-from fedopt.algorithms.base import Env, Start, State
+from fedopt.algorithms.base import Algorithm, Env, Start, State
 from fedopt.kernels.cpu.sampling import minibatch_rows
 from fedopt.metrics import evaluate_runs
 from fedopt.run import COLUMNS, History, Result, check_run_arguments, divergence_error
@@ -47,7 +47,7 @@ class BatchProblem:
         self.problem, self.n_runs = problem, n_runs
         self.rows = problem.tiled(n_runs)
         self.backend, self.dtype = problem.backend, problem.dtype
-        self.n_clients, self.n_params = problem.n_clients, problem.n_params
+        self.n_clients, self.n_params, self.weights = problem.n_clients, problem.n_params, problem.weights
 
     def take(self, keep) -> BatchProblem:
         return BatchProblem(self.problem, len(keep))
@@ -64,6 +64,9 @@ class BatchProblem:
 
     def client_zeros(self):
         return self.backend.xp.zeros(self.client_shape, dtype=self.dtype)
+
+    def node_mean(self, X):
+        return X.mean(axis=1, keepdims=True)
 
     def average(self, per_client):
         """``sum_i w_i v_{r,i}`` for every run ``r``: ``(R, n, p)`` to ``(R, 1, p)``."""
@@ -85,6 +88,17 @@ class BatchProblem:
             D = self.backend.xp.ascontiguousarray(self.backend.xp.broadcast_to(D, Z.shape))
         return self.rows.fused_local_steps(rows, _flat(D), self._per_row(lr), prox_kind, self._per_row(thetas, axis=1),
                                            w, _flat(Z), _flat(P))
+
+    def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
+                             P, NU, MU, Y, G) -> bool:
+        if theta.ndim == 2:  # per-run prox parameters (R, k): one row per node
+            theta = np.repeat(theta, self.n_clients, axis=0)
+        scale = np.tile(self.backend.to_numpy(node_scale), self.n_runs)
+        return self.rows.fused_tracking_steps(rows, scale, *map(self._per_row, (gamma, alpha, beta)), nesterov,
+                                              tracking, prox_kind, theta, w, *map(_flat, (P, NU, MU, Y, G)))
+
+    def _per_step_rows(self, rows, steps: int):
+        return self.rows._per_step_rows(rows, steps)
 
     def _per_row(self, values, axis=0):
         """Per-run values (``(R, 1, 1)`` hyperparameters, or ``(Q, R, k)`` prox parameters) repeated for
@@ -196,8 +210,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     ``backend="gpu"``) runs as several smaller ones, with a :class:`BatchSplitWarning`;
     ``max_batch`` caps the runs computed together.
 
-    Methods whose rounds are not batched yet (the decentralized and the VI methods, Scaffnew with
-    random step counts) raise ValueError naming the method.
+    Methods whose rounds are not batched yet (the VI methods, Scaffnew with random step counts)
+    raise ValueError naming the method.
     """
     from fedopt.regularizers import Zero
 
@@ -332,7 +346,11 @@ class _Batch:
     def _record(self, state, last_finite):
         """Evaluate every run in the batch; stop those whose values are not finite, or that a rule or ``tol`` stops."""
         env = state.env
-        rows = evaluate_runs(env.problem, env.regularizer, state.x, state.z, self.gamma)
+        if type(self.method).evaluate is Algorithm.evaluate:  # the model columns of every run in one pass
+            rows = evaluate_runs(env.problem, env.regularizer, state.x, state.z, self.gamma)
+        else:  # a method's own columns: its evaluate on each run's slice
+            rows = [self.methods[run].evaluate(self._view(state, position), self.gammas[run])
+                    for position, run in enumerate(self.active)]
         for position, (run, row) in enumerate(zip(self.active, rows, strict=True)):
             if self.results[run] is not None:
                 continue
@@ -352,9 +370,12 @@ class _Batch:
 
     def _result(self, position, state, converged=False) -> Result:
         run = self.active[position]
-        view = _run_view(state, position, len(self.active), self.problem, self.regularizers[run], self.seeds[run])
+        view = self._view(state, position)
         return Result(self.problem.backend.to_numpy(view.x).copy(), self.histories[run], self.methods[run], view,
                       self.seeds[run], self.gammas[run], converged)
+
+    def _view(self, state, position) -> State:
+        return _run_view(state, position, len(self.active), self.problem, self.regularizers[self.active[position]])
 
     def _finish(self, position, state, converged=False):
         self.results[self.active[position]] = self._result(position, state, converged)
@@ -385,7 +406,7 @@ class _Batch:
         self.active = [self.active[p] for p in keep]
 
 
-def _run_view(state, position, count, problem, regularizer, seed) -> State:
+def _run_view(state, position, count, problem, regularizer) -> State:
     """Run ``position``'s slice of a batch state, in the layout of one run: server arrays ``(p,)``,
     client arrays ``(n, p)``."""
 

@@ -151,8 +151,33 @@ def test_split_batches_give_the_same_runs(data, monkeypatch):
         assert np.array_equal(a.x, b.x) and np.array_equal(a.x, c.x)
 
 
+DECENTRALIZED = [
+    ("depositum", {"comm_period": 3, "momentum": 0.5}),
+    ("depositum", {"comm_period": 3, "momentum_type": "nesterov", "rescaled_prox": True, "tracking_rate": 0.5}),
+    ("depositum-no-tracking", {"comm_period": 2}),
+    ("prox-dsgt", {}),
+    ("deepstorm", {"init_batch_size": 10}),
+]
+
+
+@pytest.mark.parametrize("n_clients", [5, 16], ids=["dense-gossip", "sparse-gossip"])
+@pytest.mark.parametrize(("method", "extra"), DECENTRALIZED, ids=[f"{m}-{i}" for i, (m, _) in enumerate(DECENTRALIZED)])
+def test_decentralized_batch_equals_single_runs(method, extra, n_clients):
+    """Gossip per run (a dense W, or block-diagonal neighbour lists for a sparse ring), the fused
+    tracking kernel with per-run steps, and the methods' own history columns."""
+    X, y = make_classification(240, 11, n_informative=6, random_state=0)
+    problem = Logistic(partition(X, y, n_clients=n_clients, scheme="dirichlet", seed=0), backend="numba")
+    seeds, lrs = [2, 0, 2], [0.05, 0.1, 0.1]
+    common = {"rounds": 5, "eval_every": 2, "batch_size": 4, "topology": "ring", **extra}
+    results = fedopt.run_batch(method, problem, L1(0.01), seeds=seeds, lr=lrs, **common)
+    for seed, lr, result in zip(seeds, lrs, results, strict=True):
+        single = fedopt.run(method, problem, L1(0.01), seed=seed, lr=lr, **common)
+        assert_same_run(single, result)
+        for column in ("consensus", "objective_spread", "floats_per_node"):
+            np.testing.assert_array_equal(result.history[column], single.history[column])
+
+
 @pytest.mark.parametrize(("method", "extra", "match"), [
-    ("depositum", {}, "depositum cannot run batched: gossip"),
     ("scaffnew", {"random_steps": True}, "scaffnew cannot run batched: with random_steps=True"),
 ])
 def test_methods_that_cannot_batch_say_so(data, method, extra, match):

@@ -265,14 +265,18 @@ def test_per_row_parameters_of_the_wrong_length_are_refused():
 
 @VARIANTS
 def test_tracking_steps_with_per_row_parameters(dtype, parallel, monkeypatch):
-    """Per-row ``gamma``, ``alpha``, ``beta`` against the reference; equal values as in the scalar call."""
+    """Per-row ``gamma``, ``alpha``, ``beta`` and ``(N, k)`` theta against the reference; equal values
+    as in the scalar (and shared theta) call."""
     use_variant(monkeypatch, parallel)
     rng = np.random.default_rng(3)
     bounds = stacked_bounds(rng)
     gamma, alpha, beta = rng.uniform(0.3, 0.9, N), rng.uniform(0.05, 0.3, N), rng.uniform(0.2, 1.0, N)
     X, y, args, state = tracking_args(rng, dtype, 7, gamma, alpha, beta)
-    equal = (*args[:5], np.full(N, 0.6), np.full(N, 0.2), np.full(N, 0.5), *args[8:])
-    scalars = (*args[:5], 0.6, 0.2, 0.5, *args[8:])
+    theta = args[11]
+    args = (*args[:11], np.column_stack([rng.uniform(0.0, 0.05, N), np.full(N, 0.9)]).astype(dtype), *args[12:])
+    equal = (*args[:5], np.full(N, 0.6), np.full(N, 0.2), np.full(N, 0.5), *args[8:11], np.tile(theta, (N, 1)),
+             *args[12:])
+    scalars = (*args[:5], 0.6, 0.2, 0.5, *args[8:11], theta, *args[12:])
     for batch in (BATCH, 0):
         head = (X, y, bounds, draw(rng, bounds, (STEPS, N, batch)))
         assert_close(cpu.tracking_steps(*head, *args, *[a.copy() for a in state]),

@@ -152,7 +152,7 @@ def test_auto_keeps_many_small_groups_whole():
     assert [len(b) for b in batches(specs, "auto", workers=2)] == [8] * 11
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "depositum"}, {"name": "scaffnew", "random_steps": True},
+@pytest.mark.parametrize("algorithm", [{"name": "scaffnew", "random_steps": True},
                                        {"name": "fednmap", "lr_local": -1.0}])
 def test_methods_that_cannot_batch_and_invalid_runs_run_alone(algorithm):
     config = _with(_base(), algorithm=algorithm)

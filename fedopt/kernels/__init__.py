@@ -87,7 +87,8 @@ nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)``
     with ``nesterov``; else ``MU`` is ``(0, 0)``) on the tracker ``Y``, ``P = prox(P - alpha NU)``
     with the separable prox ``prox_kind`` at ``theta``, the gradient ``node_scale[i] grad f_i(P[i])``
     into ``G`` and, with ``tracking``, ``Y += beta (G_new - G)`` (else ``Y = G_new``). ``gamma``,
-    ``alpha`` and ``beta`` are scalars or length-``n`` vectors (node ``i`` uses entry ``i``).
+    ``alpha`` and ``beta`` are scalars or length-``n`` vectors (node ``i`` uses entry ``i``), ``theta``
+    ``(k,)`` or ``(n, k)``.
 
 Gossip over neighbour lists (CPU only: :mod:`.reference` and :mod:`.cpu`)
 -------------------------------------------------------------------------

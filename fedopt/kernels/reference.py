@@ -293,7 +293,7 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     ``nu = gamma mu + (1 - gamma) y``); ``P = prox(P - alpha nu)`` (separable, parameters
     ``theta``); ``g_new = node_scale[i] grad f_i(P[i])``; with ``tracking`` ``y += beta (g_new - G)``,
     else ``y = g_new`` (the ablation's momentum reads g); ``G = g_new``. ``MU`` is ``(0, 0)`` without Nesterov.
-    ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node.
+    ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node; ``theta`` is ``(k,)`` or ``(n, k)``.
     """
     G_new = np.empty_like(P)
     gamma, alpha, beta = (_per_row(v, P.dtype) for v in (gamma, alpha, beta))
@@ -303,7 +303,7 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
             NU[...] = MU * gamma + Y * (1 - gamma)
         else:
             NU[...] = (NU - Y) * gamma + Y
-        P[...] = _elementwise(P - NU * alpha, prox_kind, theta, w)
+        P[...] = _prox_rows(P - NU * alpha, prox_kind, theta, w)
         linear_oracle(X, y, offsets, P, rows[step], kind, n_out, scale, fit_intercept, np.empty(0, P.dtype), G_new)
         G_new *= node_scale[:, None].astype(P.dtype)
         Y[...] = Y + (G_new - G) * beta if tracking else G_new

@@ -27,6 +27,10 @@ class PointArguments:
         out[...] = v
         return out
 
+    def node_mean(self, X):
+        """``(1/n) sum_i x_i``, the plain mean of the rows of ``(n_clients, p)`` (a network's average model)."""
+        return X.mean(axis=0)
+
     def client_zeros(self):
         """An ``(n_clients, p)`` array of zeros in the problem's dtype (a per-client state)."""
         return self.backend.xp.zeros((self.n_clients, self.n_params), dtype=self.dtype)

@@ -3,8 +3,8 @@
 Two runs are **compatible** when their configurations are equal except for the ``seed``, the
 ``metric_gamma``, the real-valued hyperparameters of the method (those that set no round's shape:
 not the method's ``shared`` ones) and the numeric parameters of the regularizer (same name and
-block), and when the method can run batched (``batch_refusal()`` is None): the decentralized and
-VI methods, and Scaffnew with ``random_steps``, run alone. The compatible runs form a *group*, in
+block), and when the method can run batched (``batch_refusal()`` is None): the VI methods, and
+Scaffnew with ``random_steps``, run alone. The compatible runs form a *group*, in
 the order of the sweep; each group is cut into batches by the ``batch`` option:
 
 * ``"off"``: every run alone (through :func:`fedopt.run`);

@@ -79,7 +79,7 @@ class DecentralizedMethod(Algorithm):
 
     def new_state(self, problem, regularizer, rng, graph, mixer, X, costs: Costs, **arrays) -> State:
         """The state with node models ``X`` (reported as their average) and the method's ``arrays``."""
-        return State(Env(problem, regularizer, rng), X.mean(axis=0), costs=costs,
+        return State(Env(problem, regularizer, rng), problem.node_mean(X), costs=costs,
                      vars={"X": X, **arrays, "topology": graph, "mixer": mixer})
 
     def draw_rows(self, env: Env, steps: int | None = None):
@@ -102,9 +102,6 @@ class DecentralizedMethod(Algorithm):
         """Floats of ``vectors`` gossips of p-vectors: each node sends each vector to each neighbour."""
         floats = vectors * p * int(graph.degrees.sum())
         return Costs(floats_up=floats, floats_down=floats)
-
-    def batch_refusal(self):
-        return "gossip and the consensus metrics are not batched over runs yet"
 
     # ---- metrics
     def evaluate(self, state: State, gamma: float) -> dict:

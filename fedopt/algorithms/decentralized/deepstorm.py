@@ -71,5 +71,5 @@ class DeepStorm(DecentralizedMethod):
         Y_new = mixer(Y + D_new - D, out=xp.empty_like(Y))
         n, p = env.problem.n_clients, env.problem.n_params
         costs = Costs(grad_evals=2 * n, prox_evals=n) + self.gossip_costs(graph, p, 2)
-        return replace(state, x=X.mean(axis=0), round=state.round + 1, costs=state.costs + costs,
+        return replace(state, x=env.problem.node_mean(X), round=state.round + 1, costs=state.costs + costs,
                        vars={**state.vars, "X": X, "D": D_new, "Y": Y_new})

@@ -98,7 +98,7 @@ class Depositum(DecentralizedMethod):
         work = self._workspace(state)
         self._iteration(state.env, mixer, work, False, self.draw_rows(state.env))  # t = 0
         n = problem.n_clients
-        return replace(state, x=work["X"].mean(axis=0), costs=Costs(grad_evals=n, prox_evals=n),
+        return replace(state, x=problem.node_mean(work["X"]), costs=Costs(grad_evals=n, prox_evals=n),
                        vars={**state.vars, **{k: work[k] for k in ("X", *arrays)}})
 
     def round(self, state):
@@ -115,7 +115,7 @@ class Depositum(DecentralizedMethod):
         n, p, T0 = problem.n_clients, problem.n_params, self.comm_period
         costs = Costs(grad_evals=n * T0, prox_evals=n * T0) + self.gossip_costs(graph, p, 2 if self.tracking else 1)
         arrays = {k: work[k] for k in ("X", *self._arrays())}
-        return replace(state, x=work["X"].mean(axis=0), round=state.round + 1, costs=state.costs + costs,
+        return replace(state, x=problem.node_mean(work["X"]), round=state.round + 1, costs=state.costs + costs,
                        vars={**state.vars, **arrays})
 
     # ---- one iteration, in place on the arrays of ``work``

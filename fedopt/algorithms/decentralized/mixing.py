@@ -42,9 +42,29 @@ class Mixer:
                                    shape=W.shape)
 
     def __call__(self, V, out):
-        if self.form == "dense":
+        """``out = W @ V`` for ``V`` of shape ``(n, p)``, or for each run of a batch ``(R, n, p)``
+        (:mod:`fedopt.batch`): every run's nodes gossip among themselves."""
+        if self.form == "dense":  # (n, n) @ (R, n, p) broadcasts: one product per run
             return self.backend.xp.matmul(self._W, V, out=out)
         if self._kernel is not None:
+            if V.ndim == 3:  # the runs' graphs side by side: one block-diagonal W on the R n nodes
+                indptr, indices, weights = self._block_diagonal(V.shape[0])
+                self._kernel(indptr, indices, weights, V.reshape(-1, V.shape[-1]), out.reshape(-1, V.shape[-1]))
+                return out
             return self._kernel(self._indptr, self._indices, self._weights, V, out)
+        if V.ndim == 3:  # the runs' columns side by side: (n, R p)
+            R, n, p = V.shape
+            out[...] = (self._csr @ V.transpose(1, 0, 2).reshape(n, R * p)).reshape(n, R, p).transpose(1, 0, 2)
+            return out
         out[...] = self._csr @ V
         return out
+
+    def _block_diagonal(self, runs: int):
+        """The neighbour lists of ``runs`` copies of the graph, node ``r n + i`` being node ``i`` of run ``r``."""
+        cache = self.__dict__.setdefault("_blocks", {})
+        if runs not in cache:
+            n, nnz = len(self._indptr) - 1, len(self._indices)
+            indptr = np.concatenate([self._indptr[:-1] + r * nnz for r in range(runs)] + [[runs * nnz]])
+            indices = np.concatenate([self._indices + r * n for r in range(runs)])
+            cache[runs] = indptr.astype(np.int64), indices, np.tile(self._weights, runs)
+        return cache[runs]

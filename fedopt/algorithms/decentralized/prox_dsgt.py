@@ -49,5 +49,5 @@ class ProxDSGT(DecentralizedMethod):
         Y_new = mixer(U, out=xp.empty_like(U))
         n, p = env.problem.n_clients, env.problem.n_params
         costs = Costs(grad_evals=n, prox_evals=n) + self.gossip_costs(graph, p, 2)
-        return replace(state, x=X.mean(axis=0), round=state.round + 1, costs=state.costs + costs,
+        return replace(state, x=env.problem.node_mean(X), round=state.round + 1, costs=state.costs + costs,
                        vars={**state.vars, "X": X, "Y": Y_new, "G": G_new})

@@ -132,7 +132,7 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
                                   *client_bounds(offsets), rows, kind, n_out, dtype.type(scale), fit_intercept,
                                   node_scale.astype(dtype), _per_row(gamma, dtype, n), _per_row(1 - gamma, dtype, n),
                                   _per_row(alpha, dtype, n), _per_row(beta, dtype, n), nesterov, tracking, prox_kind,
-                                  theta.astype(dtype), w, P, NU, MU, Y, G)
+                                  theta.astype(dtype).reshape(-1, theta.shape[-1]), w, P, NU, MU, Y, G)
     return P, NU, MU, Y, G
 
 

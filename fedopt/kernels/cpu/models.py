@@ -303,7 +303,8 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
                           fit_intercept, node_scale, gammas, one_minus_gammas, alphas, betas, nesterov, tracking,
                           prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's iterations without gossip, node by node (see ``tracking_steps`` in :mod:`fedopt.kernels`);
-    ``gammas``, ``one_minus_gammas``, ``alphas``, ``betas`` hold one value, or one per node."""
+    ``gammas``, ``one_minus_gammas``, ``alphas``, ``betas`` hold one value, or one per node; ``theta``
+    one row of prox parameters, or one per node."""
     n, p = P.shape
     for i in prange(n):
         node = np.int64(i)  # the parallel variant's loop index is unsigned
@@ -326,7 +327,7 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
                     nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
             for j in range(p):
                 x[j] -= nu[j] * alpha
-            _prox_block(prox_kind, theta, w, P, node, 0, p, P)
+            _prox_block(prox_kind, theta[0] if theta.shape[0] == 1 else theta[node], w, P, node, 0, p, P)
             _client_pass(X, data, indices, indptr, dense, d, y, rows[step, node], first, count, x, kind, n_out, scale,
                          fit_intercept, M, g, False, True)
             for j in range(p):
