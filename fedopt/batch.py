@@ -11,6 +11,9 @@ know about the axis:
   client row ``r n + i`` is client ``i``); the server's average is a weighted sum per run; each
   run draws its minibatches from its own generator, and the draws are concatenated in run order,
   so run ``r`` sees the rows that :func:`fedopt.run` with its seed sees.
+* :class:`BatchVIProblem`: the same for the variational inequalities of :mod:`fedopt.problems.vi`:
+  the operator's matrix products stack over the runs, and each run's oracle noise comes from its
+  own generator.
 * :class:`BatchRegularizer`: each run's own ``phi`` and prox step, one prox call per group of
   runs that share both (one call for a plain seed sweep).
 * :func:`run_batch`: the rounds, one history per run, and each run's stop (divergence, ``tol``)
@@ -39,18 +42,21 @@ class BatchSplitWarning(UserWarning):
     """A batch of runs was split because it would not fit in memory at once."""
 
 
-class BatchProblem:
-    """``R`` runs of one problem: the oracles of :class:`~fedopt.problems.base.Problem` on
-    ``(R, n, p)`` client arrays and ``(R, 1, p)`` server arrays."""
+class _RunAxis:
+    """What the batch problems share: the problems of ``R`` runs (one object repeated, or one per run),
+    their common sizes, and the ``(R, n, p)`` client arrays."""
 
-    def __init__(self, problem, n_runs: int):
-        self.problem, self.n_runs = problem, n_runs
-        self.rows = problem.tiled(n_runs)
-        self.backend, self.dtype = problem.backend, problem.dtype
-        self.n_clients, self.n_params, self.weights = problem.n_clients, problem.n_params, problem.weights
+    #: Whether the methods' states hold server arrays only (then ``(R, 1, p)`` is one even for n = 1).
+    server_state: bool = False
 
-    def take(self, keep) -> BatchProblem:
-        return BatchProblem(self.problem, len(keep))
+    def __init__(self, problems):
+        self.problems = list(problems)
+        self.problem = first = self.problems[0]
+        self.n_runs, self.backend, self.dtype = len(self.problems), first.backend, first.dtype
+        self.n_clients, self.n_params, self.weights = first.n_clients, first.n_params, first.weights
+
+    def take(self, keep):
+        return type(self)([self.problems[i] for i in keep])
 
     @property
     def client_shape(self) -> tuple[int, int, int]:
@@ -64,6 +70,17 @@ class BatchProblem:
 
     def client_zeros(self):
         return self.backend.xp.zeros(self.client_shape, dtype=self.dtype)
+
+
+class BatchProblem(_RunAxis):
+    """``R`` runs of federated problems: the oracles of :class:`~fedopt.problems.base.Problem` on
+    ``(R, n, p)`` client arrays and ``(R, 1, p)`` server arrays. The runs may have problems of their
+    own (other partitions of the data: :meth:`~fedopt.problems.base.Problem.client_rows` stacks
+    their data sets) with the same sizes and client weights."""
+
+    def __init__(self, problems):
+        super().__init__(problems)
+        self.rows = self.problem.client_rows(self.problems)
 
     def node_mean(self, X):
         return X.mean(axis=1, keepdims=True)
@@ -122,6 +139,79 @@ class BatchProblem:
 def _flat(A):
     """An ``(R, n, p)`` array as its ``(R n, p)`` rows (a view); 2-D arrays stay as they are."""
     return A if A.ndim == 2 else A.reshape(-1, A.shape[-1])
+
+
+class BatchVIProblem(_RunAxis):
+    """``R`` runs of a variational inequality (:class:`~fedopt.problems.vi.VIProblem`): its oracles on
+    ``(R, n, p)`` client arrays and ``(R, 1, p)`` server arrays.
+
+    The operator's matrix products stack over the run axis (one product per run, of the shape a
+    single run multiplies), the averages and the drift reduce each run's rows in the order of one
+    run, and each run's noise comes from its own generator with the shape of one run's draw, so
+    that run ``r`` computes what :func:`fedopt.run` with its seed computes, bit for bit on the CPU.
+    """
+
+    #: The VI methods keep the synchronised iterate only: their ``(R, 1, p)`` arrays are server arrays.
+    server_state: bool = True
+
+    def __init__(self, problems):
+        super().__init__(problems)
+        if any(problem is not self.problem for problem in self.problems):
+            raise ValueError("the runs of a batch of variational inequalities share one game (one problem object); "
+                             "run other games in other batches")
+        self.sigma = self.problem.sigma
+
+    @property
+    def lipschitz(self) -> float:
+        return self.problem.lipschitz
+
+    def server_zeros(self, dtype=None):
+        return self.backend.xp.zeros((self.n_runs, 1, self.n_params), dtype=self.dtype if dtype is None else dtype)
+
+    def average(self, per_client):
+        """Each run's ``avg_m v_m``: ``(R, n, p)`` to ``(R, 1, p)``; a server array ``(R, 1, p)`` is its own average."""
+        return per_client.mean(axis=1, keepdims=True)
+
+    node_mean = average
+
+    def drift(self, per_client, mean):
+        """Each run's ``avg_m ||v_m - mean||^2``: an ``(R,)`` array (a float per run in the run's view)."""
+        return ((per_client - mean) ** 2).sum(axis=2).mean(axis=1)
+
+    def per_run(self, fn, value):
+        """``fn`` of each run's value of a hyperparameter (one value, or ``(R, 1, 1)``), as one run computes it."""
+        if np.ndim(value) == 0:
+            return fn(value)
+        host = self.backend.to_numpy(value)
+        values = [fn(v) for v in host.reshape(-1).tolist()]
+        return self.backend.xp.asarray(values, dtype=value.dtype).reshape(value.shape)
+
+    def client_operator(self, W, noise=None):
+        """``Vt_m`` at every run's client rows ``W`` (``(R, n, p)``, or ``(R, 1, p)``: one point per run)."""
+        problem = self.problem
+        V = problem._apply(self.backend.xp, problem._device, W)
+        if problem._device_shifts is not None:
+            V = V + problem._device_shifts
+        elif V.shape[1] != self.n_clients:
+            V = self.backend.xp.broadcast_to(V, self.client_shape)
+        return V + noise if noise is not None else V
+
+    def sample_noise(self, rngs, calls: int, batch: int = 1):
+        """Every run's oracle noise from its own generator: ``(calls, R, n, p)``; None if sigma = 0."""
+        draws = [self.problem.sample_noise(rng, calls, batch) for rng in rngs]
+        return None if draws[0] is None else self.backend.xp.stack(draws, axis=1)
+
+    def standard_normal(self, rngs, shape):
+        """Every run's ``N(0, 1)`` draws of one run's ``shape`` (``(..., n, p)``): ``(..., R, n, p)``."""
+        return self.backend.xp.stack([self.problem.standard_normal(rng, shape) for rng in rngs], axis=-3)
+
+
+def batch_problem(problems):
+    """The batch of the runs of ``problems`` (one per run): a :class:`BatchVIProblem` for variational
+    inequalities, else a :class:`BatchProblem`."""
+    from fedopt.problems.vi import VIProblem
+
+    return (BatchVIProblem if isinstance(problems[0], VIProblem) else BatchProblem)(problems)
 
 
 class BatchRegularizer:
@@ -197,10 +287,11 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     """Run ``len(seeds)`` runs of ``algorithm`` as one batch: result ``r`` is what :func:`fedopt.run`
     returns for ``seed=seeds[r]`` and the ``r``-th value of every argument given as a list.
 
-    ``regularizer``, ``x0``, ``metric_gamma`` and any hyperparameter may be one value (all runs) or
-    a list with one value per seed (a regularization path is a list of regularizers). The runs
-    share the problem (its data, partition and client weights) and the values that set a round's
-    shape (``local_steps``, ``batch_size``, ...); :func:`fedopt.sweep` groups runs accordingly.
+    ``problem``, ``regularizer``, ``x0``, ``metric_gamma`` and any hyperparameter may be one value
+    (all runs) or a list with one value per seed (a regularization path is a list of regularizers;
+    a list of problems holds, say, other partitions of the same data, with the same client count,
+    parameters and client weights). The runs share the values that set a round's shape
+    (``local_steps``, ``batch_size``, ...); :func:`fedopt.sweep` groups runs accordingly.
 
     A run that diverges or stalls, or that reaches ``tol``, stops on its own and leaves the batch:
     its result keeps its history, and ``result.error`` holds the :class:`~fedopt.run.DivergenceError`
@@ -210,8 +301,9 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     ``backend="gpu"``) runs as several smaller ones, with a :class:`BatchSplitWarning`;
     ``max_batch`` caps the runs computed together.
 
-    Methods whose rounds are not batched yet (the VI methods, Scaffnew with random step counts)
-    raise ValueError naming the method.
+    The VI methods batch on the games of :mod:`fedopt.problems.vi` (:class:`BatchVIProblem`).
+    Methods whose rounds are not batched yet (Scaffnew with random step counts) raise ValueError
+    naming the method.
     """
     from fedopt.regularizers import Zero
 
@@ -227,24 +319,43 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
         raise ValueError(f"{methods[0].name} cannot run batched: {refusal}; run it with fedopt.run "
                          "(a sweep does so with --batch off)")
     rounds, eval_every, rule = check_run_arguments(rounds, eval_every, tol, divergence)
-    if backend is not None:
-        problem = problem.on(backend)
+    problems = _same_shape(_per_run("problem", problem, count), backend)
     regularizers = _per_run("regularizer", Zero() if regularizer is None else regularizer, count)
     gammas = []
-    for method, reg, gamma in zip(methods, regularizers, _per_run("metric_gamma", metric_gamma, count), strict=True):
+    for method, problem, reg, gamma in zip(methods, problems, regularizers,
+                                           _per_run("metric_gamma", metric_gamma, count), strict=True):
         method.check(problem, reg)
         gamma = float(gamma if gamma is not None else getattr(method, "gamma", 1.0))
         gammas.append(reg.check_step(gamma, "metric_gamma"))
     type(methods[0]).stack(methods, np, np.float64)  # refuse runs that cannot share a batch before any work
     x0s = _per_run("x0", x0, count, vector=True)
-    size = _batch_size(problem, methods[0], count, max_batch)
+    size = _batch_size(problems[0], methods[0], count, max_batch)
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     results = []
     for first in range(0, count, size):
         part = slice(first, first + size)
-        results += _Batch(problem, methods[part], regularizers[part], seeds[part], gammas[part], x0s[part],
+        results += _Batch(problems[part], methods[part], regularizers[part], seeds[part], gammas[part], x0s[part],
                           rule, tol, show).run(rounds, eval_every)
     return results
+
+
+def _same_shape(problems, backend) -> list:
+    """The runs' problems (on ``backend`` when one is named), after checking that they can share a batch."""
+    moved = {}
+    problems = [moved.setdefault(id(p), p if backend is None else p.on(backend)) for p in problems]
+    first = problems[0]
+    for problem in problems[1:]:
+        for what in ("n_clients", "n_params", "dtype"):
+            if getattr(problem, what) != getattr(first, what):
+                raise ValueError(f"the problems of a batch must have one {what}, got {getattr(first, what)} and "
+                                 f"{getattr(problem, what)}; run them in separate batches")
+        if type(problem) is not type(first) or problem.backend.name != first.backend.name:
+            raise ValueError("the problems of a batch must be of one class on one backend, got "
+                             f"{first!r} and {problem!r}")
+        if not np.array_equal(problem.weights, first.weights):
+            raise ValueError("the problems of a batch must have the same client weights (weights='samples' with "
+                             "other client sizes differs); run them in separate batches")
+    return problems
 
 
 def _per_run(name, value, count, vector=False) -> list:
@@ -288,11 +399,11 @@ def _free_memory(backend) -> int | None:
 class _Batch:
     """One batch's rounds; runs leave it as they stop."""
 
-    def __init__(self, problem, methods, regularizers, seeds, gammas, x0s, rule, tol, show):
-        self.problem, self.methods, self.seeds, self.gammas = problem, methods, seeds, gammas
+    def __init__(self, problems, methods, regularizers, seeds, gammas, x0s, rule, tol, show):
+        self.problems, self.methods, self.seeds, self.gammas = problems, methods, seeds, gammas
         self.regularizers, self.rule, self.tol, self.show = regularizers, rule, tol, show
-        count, backend = len(methods), problem.backend
-        self.xp, self.dtype = backend.xp, problem.dtype
+        count, backend = len(methods), problems[0].backend
+        self.xp, self.dtype = backend.xp, problems[0].dtype
         self.method = type(methods[0]).stack(methods, self.xp, self.dtype)
         self.columns = COLUMNS + tuple(c for c in self.method.extra_columns if c not in COLUMNS)
         self.histories = [History(self.columns) for _ in range(count)]
@@ -300,12 +411,12 @@ class _Batch:
         self.active = list(range(count))  # the runs still in the batch, by position
         self.seconds = np.zeros(count)
         starts = []
-        for seed, reg, gamma, x0 in zip(seeds, regularizers, gammas, x0s, strict=True):
+        for problem, seed, reg, gamma, x0 in zip(problems, seeds, regularizers, gammas, x0s, strict=True):
             w0 = problem.init(seed) if x0 is None else x0
             starts.append(Start.prox_of(reg, backend.asarray(w0, dtype=self.dtype), gamma))
         stacked = [self.xp.stack([getattr(s, name) for s in starts])[:, None] for name in ("x", "subgradient")]
         start = Start(*stacked)
-        env = Env(BatchProblem(problem, count), BatchRegularizer(regularizers, backend),
+        env = Env(batch_problem(problems), BatchRegularizer(regularizers, backend),
                   [np.random.default_rng(seed) for seed in seeds])
         self.gamma = self._per_run_value(gammas)
         self.state = self.method.init(env.problem, env.regularizer, env.rng, start)
@@ -324,7 +435,7 @@ class _Batch:
                 self.state = self.method.round(self.state)
                 self.seconds[self.active] += (time.perf_counter() - begun) / len(self.active)
                 finite = self.xp.isfinite(self.state.x).reshape(len(self.active), -1).all(axis=1)
-                for position in np.flatnonzero(~self.problem.backend.to_numpy(finite)):
+                for position in np.flatnonzero(~self.state.env.problem.backend.to_numpy(finite)):
                     self._stop(position, last_finite, f"the model has NaN or inf entries after round {t}", "nonfinite")
                 if t % eval_every == 0 or t == rounds:
                     self._record(self.state, last_finite)
@@ -371,11 +482,12 @@ class _Batch:
     def _result(self, position, state, converged=False) -> Result:
         run = self.active[position]
         view = self._view(state, position)
-        return Result(self.problem.backend.to_numpy(view.x).copy(), self.histories[run], self.methods[run], view,
+        return Result(view.env.problem.backend.to_numpy(view.x).copy(), self.histories[run], self.methods[run], view,
                       self.seeds[run], self.gammas[run], converged)
 
     def _view(self, state, position) -> State:
-        return _run_view(state, position, len(self.active), self.problem, self.regularizers[self.active[position]])
+        run = self.active[position]
+        return _run_view(state, position, len(self.active), self.problems[run], self.regularizers[run])
 
     def _finish(self, position, state, converged=False):
         self.results[self.active[position]] = self._result(position, state, converged)
@@ -408,12 +520,16 @@ class _Batch:
 
 def _run_view(state, position, count, problem, regularizer) -> State:
     """Run ``position``'s slice of a batch state, in the layout of one run: server arrays ``(p,)``,
-    client arrays ``(n, p)``."""
+    client arrays ``(n, p)``, per-run scalars ``(R,)`` as Python numbers."""
+
+    server = problem.n_clients > 1 or state.env.problem.server_state  # (R, 1, p): server arrays, not one client's
 
     def one(a):
         if getattr(a, "ndim", 0) < 1 or a.shape[0] != count:
             return a
-        return a[position, 0] if a.ndim == 3 and a.shape[1] == 1 and problem.n_clients > 1 else a[position]
+        if a.ndim == 1:
+            return a[position].item()
+        return a[position, 0] if a.ndim == 3 and a.shape[1] == 1 and server else a[position]
 
     x = state.x[position, 0]
     z = None if state.z is None else state.z[position, 0]
@@ -421,4 +537,4 @@ def _run_view(state, position, count, problem, regularizer) -> State:
                  {name: one(value) for name, value in state.vars.items()})
 
 
-__all__ = ["BatchProblem", "BatchRegularizer", "BatchSplitWarning", "run_batch"]
+__all__ = ["BatchProblem", "BatchRegularizer", "BatchSplitWarning", "BatchVIProblem", "batch_problem", "run_batch"]

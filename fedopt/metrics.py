@@ -73,12 +73,11 @@ def evaluate_runs(problem, regularizer, X, Z=None, gamma=1.0) -> list[dict]:
         normal = per_run_sum(grad_z + (Z - prox_z) / gamma)
     values = regularizer.value(X)
     host = problem.backend.to_numpy(X).reshape(count, -1)
-    single = problem.problem
     return [{
         "stationarity": float(stationarity[r]),
         "normal_map": float(normal[r]),
         "objective": losses[r] + values[r],
-        "test_accuracy": single.accuracy(X[r, 0]) if single.is_classifier else math.nan,
+        "test_accuracy": problem.problems[r].accuracy(X[r, 0]) if problem.problem.is_classifier else math.nan,
         "nnz": int(np.count_nonzero(host[r])),
         "hoyer": hoyer(host[r]),
     } for r in range(count)]

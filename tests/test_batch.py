@@ -84,6 +84,30 @@ def test_regularization_path_and_full_gradients(data):
     assert results[0].history["nnz"][-1] > results[2].history["nnz"][-1]  # the path: stronger l1, sparser
 
 
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet"], ids=["equal-sizes", "unequal-sizes"])
+def test_runs_on_other_partitions_batch(scheme):
+    """One problem per run (partition seeds 0, 1, 0): their data sets are stacked once each."""
+    X, y = make_classification(240, 11, n_informative=6, random_state=0)
+    problems = [Logistic(partition(X, y, n_clients=5, scheme=scheme, seed=s)) for s in (0, 1)]
+    per_run = [problems[0], problems[1], problems[0]]
+    results = fedopt.run_batch("fedcanon", per_run, L1(0.01), seeds=[0, 1, 2], rounds=6, local_steps=2, batch_size=4,
+                               eval_every=3, lr_local=0.1)
+    for seed, problem, result in zip([0, 1, 2], per_run, results, strict=True):
+        assert_same_run(fedopt.run("fedcanon", problem, L1(0.01), seed=seed, rounds=6, local_steps=2, batch_size=4,
+                                   eval_every=3, lr_local=0.1), result)
+    assert not np.array_equal(results[0].x, results[1].x)
+
+
+def test_problems_that_cannot_share_a_batch(data):
+    X, y = make_classification(240, 11, n_informative=6, random_state=0)
+    other_n = Logistic(partition(X, y, n_clients=4, seed=0))
+    with pytest.raises(ValueError, match="must have one n_clients, got 5 and 4"):
+        fedopt.run_batch("fedavg", [logistic(data), other_n], seeds=[0, 1], rounds=1)
+    sizes = [Logistic(partition(X, y, n_clients=5, scheme="dirichlet", seed=s), weights="samples") for s in (0, 1)]
+    with pytest.raises(ValueError, match="same client weights"):
+        fedopt.run_batch("fedavg", sizes, seeds=[0, 1], rounds=1)
+
+
 def test_mlp_batch(data):
     problem = MLP(data, hidden=4, backend="numba")
     results = fedopt.run_batch("fedcanon", problem, L1(1e-3), seeds=[0, 1], rounds=4, local_steps=2, batch_size=5,
@@ -183,13 +207,6 @@ def test_decentralized_batch_equals_single_runs(method, extra, n_clients):
 def test_methods_that_cannot_batch_say_so(data, method, extra, match):
     with pytest.raises(ValueError, match=match):
         fedopt.run_batch(method, logistic(data), seeds=[0, 1], rounds=2, **extra)
-
-
-def test_vi_methods_cannot_batch_yet():
-    from fedopt.problems.vi import BilinearGame
-
-    with pytest.raises(ValueError, match="lippax cannot run batched: the game oracles"):
-        fedopt.run_batch("lippax", BilinearGame(n_clients=2, dim=3, seed=0), seeds=[0, 1], rounds=2)
 
 
 def test_bad_batch_arguments(data):

@@ -20,6 +20,10 @@ MIXED = TINY.replace("seeds = [0, 1]", "seeds = [0, 1, 2]").replace(
 #: One group: the runs with lr_local = 1e300 diverge, those with 1/Q do not.
 DIVERGING = TINY.replace('"dataset.n_clients" = [4, 8]', '"dataset.n_clients" = [4]').replace(
     '"algorithm.local_steps" = [1, 2]', '"algorithm.lr_local" = ["1/Q", 1e300]')
+#: One group of 8 runs on two iid partitions (partition seeds 0 and 1) of the digits.
+PARTITIONS = TINY.replace('partition = "sorted"', 'partition = "iid"').replace(
+    '"dataset.n_clients" = [4, 8]', '"dataset.n_clients" = [4]').replace(
+    '"algorithm.local_steps" = [1, 2]', '"dataset.seed" = [0, 1]\n"algorithm.lr_local" = [0.25, 0.5]')
 #: The history's timing columns (not compared).
 TIMING = ("seconds",)
 
@@ -99,14 +103,15 @@ def single_runs(monkeypatch):
 # ------------------------------------------------------------------------------------------ grouping
 @pytest.mark.parametrize("change", [{"seed": 7}, {"metric_gamma": 2.0}, {"metric_gamma": None},
                                     {"algorithm.lr_local": 0.3}, {"algorithm.gamma": 2.0},
-                                    {"algorithm.lr_server": 0.5}, {"regularizer.l1": 0.1}, {"regularizer.l2": 0.0}])
-def test_runs_that_differ_in_seed_real_hyperparameters_or_strengths_group_together(change):
+                                    {"algorithm.lr_server": 0.5}, {"regularizer.l1": 0.1}, {"regularizer.l2": 0.0},
+                                    {"dataset.seed": 1}])
+def test_runs_that_differ_in_seed_real_hyperparameters_strengths_or_partition_group_together(change):
     base = _base()
     assert signature(base) is not None and signature(_with(base, **change)) == signature(base)
 
 
 @pytest.mark.parametrize("change", [{"algorithm.local_steps": 3}, {"algorithm.batch_size": 8},
-                                    {"algorithm.batch_size": None}, {"dataset.n_clients": 5}, {"dataset.seed": 1},
+                                    {"algorithm.batch_size": None}, {"dataset.n_clients": 5},
                                     {"problem.fit_intercept": True}, {"rounds": 6}, {"eval_every": 1},
                                     {"tol": 1e-3}, {"backend": "numpy"}, {"divergence": False},
                                     {"regularizer": {"name": "l1", "lam": 1e-3, "block": None}},
@@ -164,7 +169,10 @@ def test_methods_that_cannot_batch_and_invalid_runs_run_alone(algorithm):
 def test_vi_methods_and_shared_real_hyperparameters():
     from test_sweep_vi import vi
 
-    assert {signature(s.config) for s in vi().expand()} == {None}  # the VI methods are not batched
+    vi_specs = vi().expand()  # 2 methods x 3 noise levels x 2 seeds: the two seeds of each point batch together
+    vi_signatures = {signature(s.config) for s in vi_specs}
+    assert len(vi_signatures) == 6 and None not in vi_signatures
+    assert [len(unit) for unit in batches(vi_specs, "auto")] == [2] * 6
     scaffnew = _with(_base(), algorithm={"name": "scaffnew", "random_steps": False, "comm_prob": 0.5})
     assert signature(scaffnew) is not None
     assert signature(_with(scaffnew, **{"algorithm.lr_local": 0.3})) == signature(scaffnew)
@@ -236,6 +244,26 @@ def test_batched_sweep_stores_what_single_runs_store(executor, tmp_path, single_
         else:  # each group in halves, one for each worker
             assert tasks == [6, 6, 6, 6]
         _same(_histories(auto, "tiny"), _histories(off, "tiny"))
+
+
+def test_runs_on_other_partitions_share_a_batch(tmp_path, single_runs):
+    exp = tiny(PARTITIONS)
+    with sweep.Store(tmp_path / "off.db") as off, sweep.Store(tmp_path / "auto.db") as auto:
+        sweep.run_sweep(exp, off, executor="serial", batch="off", progress=False)
+        batched = sweep.run_sweep(exp, auto, executor="serial", batch="auto", progress=False)
+        assert batched.statuses == {"done": 8} and single_runs["batches"] == 1 and single_runs["fell_back"] == 0
+        _same(_histories(auto, "tiny"), _histories(off, "tiny"))
+
+
+def test_a_batched_vi_sweep_stores_what_single_runs_store(tmp_path, single_runs):
+    from test_sweep_vi import vi
+
+    with sweep.Store(tmp_path / "off.db") as off, sweep.Store(tmp_path / "auto.db") as auto:
+        sweep.run_sweep(vi(), off, executor="serial", batch="off", progress=False)
+        batched = sweep.run_sweep(vi(), auto, executor="serial", batch="auto", progress=False)
+        assert batched.statuses == {"done": 12}
+        assert single_runs == {"alone": 12, "batches": 6, "fell_back": 0}  # the two seeds of each point together
+        _same(_histories(auto, "vi"), _histories(off, "vi"))
 
 
 def test_dask_runs_one_task_per_batch(tmp_path, monkeypatch):

@@ -123,15 +123,33 @@ class Problem(PointArguments):
         return type(self)(self.dataset, backend=backend, **self._options)
 
     def tiled(self, copies: int):
-        """The client rows of ``copies`` runs side by side: a view of this problem on the same data
-        arrays whose client ``r * n + i`` is client ``i`` (the oracles then take the kernels'
-        ``(2, N)`` client bounds). :class:`fedopt.batch.BatchProblem` runs its oracles on it; its
-        own ``average`` and ``loss`` are not federated ones."""
-        view = copy.copy(self)
-        offsets = self.dataset.offsets
-        view._offsets = np.stack([np.tile(offsets[:-1], copies), np.tile(offsets[1:], copies)])
+        """The client rows of ``copies`` runs of this problem side by side (see :meth:`client_rows`)."""
+        return self.client_rows([self] * copies)
+
+    @staticmethod
+    def client_rows(problems):
+        """The clients of ``problems`` side by side as one problem view: client row ``r * n + i`` is
+        client ``i`` of ``problems[r]``, and the oracles take the kernels' ``(2, N)`` client bounds.
+        Problems on one data set share its arrays; different data sets (other partitions of the
+        same samples, say) are stacked once each. :class:`fedopt.batch.BatchProblem` runs its
+        oracles on the view; the view's own ``average`` and ``loss`` are not federated ones."""
+        first = problems[0]
+        distinct = list({id(p.dataset): p for p in problems}.values())
+        base, position = {}, 0
+        for problem in distinct:
+            base[id(problem.dataset)] = position
+            position += problem.dataset.n_samples
+        view = copy.copy(first)
+        if len(distinct) > 1:
+            xp = first.backend.xp
+            view._X = (sp.vstack([p._X for p in distinct], format="csr") if sp.issparse(first._X)
+                       else xp.concatenate([p._X for p in distinct]))
+            view._y = xp.concatenate([p._y for p in distinct])
+        bounds = [(p.dataset.offsets[:-1] + base[id(p.dataset)], p.dataset.offsets[1:] + base[id(p.dataset)])
+                  for p in problems]
+        view._offsets = np.stack([np.concatenate(part) for part in zip(*bounds, strict=True)])
         view._starts = view._offsets[0]
-        view._client_sizes = np.tile(self._client_sizes, copies)
+        view._client_sizes = np.concatenate([p._client_sizes for p in problems])
         view._no_rows = np.empty((view.n_clients, 0), dtype=np.int64)
         return view
 

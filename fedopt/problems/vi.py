@@ -143,7 +143,8 @@ class VIProblem(PointArguments):
         raise NotImplementedError
 
     def _apply(self, xp, arrays: dict, W):
-        """``V`` at every row of ``W`` (no shifts, no noise), with the arrays of one backend."""
+        """``V`` at every row of ``W`` (no shifts, no noise), with the arrays of one backend. ``W`` may
+        have leading axes (``(R, n, p)`` in a batch of runs): its matrix products then stack, one per run."""
         raise NotImplementedError
 
     def _lipschitz(self) -> float:
@@ -196,8 +197,21 @@ class VIProblem(PointArguments):
         return self.backend.asarray(rng.standard_normal(shape), dtype=self.dtype)
 
     def average(self, per_client):
-        """``avg_m v_m`` over the client axis (uniform weights)."""
-        return per_client.mean(axis=0)
+        """``avg_m v_m`` over the client axis (uniform weights); a server vector ``(p,)`` is its own average."""
+        return per_client if per_client.ndim == 1 else per_client.mean(axis=0)
+
+    def drift(self, per_client, mean) -> float:
+        """``avg_m ||v_m - mean||^2``: how far the clients' rows are from their average ``mean``."""
+        return float(((per_client - mean) ** 2).sum(axis=1).mean())
+
+    def server_zeros(self, dtype=None):
+        """A server vector of zeros, ``(p,)``, in ``dtype`` (default the problem's)."""
+        return self.backend.xp.zeros(self.n_params, dtype=self.dtype if dtype is None else dtype)
+
+    def per_run(self, fn, value):
+        """``fn(value)``: a function of a hyperparameter, evaluated for each run of a batch
+        (:class:`fedopt.batch.BatchVIProblem`), here for the one run."""
+        return fn(value)
 
     # ------------------------------------------------------------------ facts about the problem
     @property
@@ -496,8 +510,8 @@ class SmoothGame(BilinearGame):
         n, N = self.dim, self.n_samples
         V = W @ arrays["MT"] + arrays["h"]
         for block, data in ((slice(0, n), arrays["ax"]), (slice(n, 2 * n), arrays["ay"])):
-            margins = W[:, block] @ data.T
-            V[:, block] += (1 / (1 + xp.exp(-margins))) @ data / N
+            margins = W[..., block] @ data.T
+            V[..., block] += (1 / (1 + xp.exp(-margins))) @ data / N
         return V
 
     def _jacobian(self, z):

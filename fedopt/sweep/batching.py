@@ -2,9 +2,11 @@
 
 Two runs are **compatible** when their configurations are equal except for the ``seed``, the
 ``metric_gamma``, the real-valued hyperparameters of the method (those that set no round's shape:
-not the method's ``shared`` ones) and the numeric parameters of the regularizer (same name and
-block), and when the method can run batched (``batch_refusal()`` is None): the VI methods, and
-Scaffnew with ``random_steps``, run alone. The compatible runs form a *group*, in
+not the method's ``shared`` ones), the numeric parameters of the regularizer (same name and
+block) and the data set's partition seed (other partitions of the same samples; runs whose
+client weights then differ, ``weights = "samples"`` with other client sizes, fall back to running
+one at a time), and when the method can run batched (``batch_refusal()`` is None): Scaffnew with
+``random_steps`` runs alone. The compatible runs form a *group*, in
 the order of the sweep; each group is cut into batches by the ``batch`` option:
 
 * ``"off"``: every run alone (through :func:`fedopt.run`);
@@ -52,6 +54,8 @@ def signature(config: dict) -> str | None:
     for a run that runs alone: its method cannot batch, or its hyperparameters are invalid (the run
     then fails alone, with its own error)."""
     rest = {k: v for k, v in config.items() if k not in ("seed", "metric_gamma", "algorithm", "regularizer")}
+    if isinstance(rest.get("dataset"), dict) and "seed" in rest["dataset"]:  # another partition of the same data
+        rest["dataset"] = {**rest["dataset"], "seed": _PER_RUN}
     method = _method_signature(json.dumps(config["algorithm"], sort_keys=True))
     if method is None:
         return None

@@ -119,7 +119,7 @@ def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, e
 
     from fedopt.batch import BatchProblem
 
-    rows_view = BatchProblem(problem, runs).rows
+    rows_view = BatchProblem([problem] * runs).rows
     kernel_args = _kernel_arguments(rows_view, reg, Q, b, np.repeat(np.asarray(lrs), n))
     began = time.perf_counter()
     for _ in range(rounds):

@@ -169,11 +169,12 @@ def execute_batch(configs, progress: bool | None = False, callback=None) -> list
     start = time.perf_counter()
     try:
         first = configs[0]
-        problem, _ = build(first)
+        problems = [build(config)[0] for config in configs]  # cached: one per partition
         names = [k for k in first["algorithm"] if k != "name"]
         began = time.perf_counter()
         results = fedopt.run_batch(
-            first["algorithm"]["name"], problem, [make_regularizer(c["regularizer"], problem) for c in configs],
+            first["algorithm"]["name"], problems,
+            [make_regularizer(c["regularizer"], p) for c, p in zip(configs, problems, strict=True)],
             rounds=first["rounds"], seeds=[c["seed"] for c in configs], eval_every=first["eval_every"],
             metric_gamma=[c.get("metric_gamma") for c in configs], tol=first.get("tol"), progress=progress,
             divergence=first.get("divergence", True), **{k: [c["algorithm"][k] for c in configs] for k in names})
@@ -183,7 +184,7 @@ def execute_batch(configs, progress: bool | None = False, callback=None) -> list
         return [execute_run(config, progress=progress) for config in configs]
     wall = (time.perf_counter() - start) / len(configs)
     common = {"run_seconds": seconds, "wall_seconds": wall, "host": socket.gethostname(),
-              "backend": problem.backend.name, "fedopt_version": getattr(fedopt, "__version__", None)}
+              "backend": problems[0].backend.name, "fedopt_version": getattr(fedopt, "__version__", None)}
     return [{"status": "done" if result.error is None else "diverged", "history": history,
              "error": None if result.error is None else str(result.error), **common}
             for result, history in zip(results, histories, strict=True)]

@@ -45,12 +45,9 @@ class VIMethod(Algorithm):
             raise ValueError(f"{self.name} solves V(z) = 0 without a regularizer, got {regularizer!r}; use "
                              "local-dual-extrapolation for a composite VI")
 
-    def batch_refusal(self):
-        return "the game oracles and the gap measures are not batched over runs yet"
-
     def init(self, problem, regularizer, rng, x0=None):
         z = self.start(problem, x0)
-        total = problem.backend.xp.zeros(problem.n_params, dtype="float64")
+        total = problem.server_zeros("float64")
         return State(Env(problem, regularizer, rng), z.copy(),
                      vars={"z": z, "start": z.copy(), "sum": total, "count": 0, "drift": math.nan, "round_trips": 0})
 
@@ -75,9 +72,10 @@ class VIMethod(Algorithm):
 
     @staticmethod
     def synchronize(problem, Y):
-        """``(avg_m y_m, avg_m ||y_m - avg||^2)``: the server average and the drift it removes."""
+        """``(avg_m y_m, avg_m ||y_m - avg||^2)``: the server average and the drift it removes (a float;
+        one per run in a batch)."""
         mean = problem.average(Y)
-        return mean, float(((Y - mean) ** 2).sum(axis=1).mean())
+        return mean, problem.drift(Y, mean)
 
     def advance(self, state, z, points_sum, points, drift, costs: Costs, round_trips: int, **more) -> State:
         """The next state: synchronised ``z``, ``points`` more averaged points summing to ``points_sum``."""

@@ -46,10 +46,10 @@ class LocalDualExtrapolation(LocalVIMethod):
         return replace(state, vars={**state.vars, "dual": problem.backend.xp.zeros_like(state.vars["z"])})
 
     @staticmethod
-    def mirror(regularizer, anchor, Y, weight):
-        """``prox_{weight phi}(w0 + Y)``: the primal points of the duals Y (rows or one vector)."""
+    def mirror(regularizer, anchor, Y, t, eta):
+        """``prox_{t eta phi}(w0 + Y)``: the primal points of the duals Y (rows or one vector) after t steps."""
         point = anchor + Y
-        return regularizer.prox(point, weight) if weight > 0 else point
+        return regularizer.prox(point, t * eta) if t > 0 else point
 
     def round(self, state):
         env = state.env
@@ -58,17 +58,17 @@ class LocalDualExtrapolation(LocalVIMethod):
         done = state.vars["count"]  # local steps so far: t - 1 at the first step of this round
         noise = problem.sample_noise(env.rng, 2 * steps)
         Z = problem.per_client(state.vars["dual"])
-        points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
+        points = problem.server_zeros("float64")
         for k in range(steps):
             t = done + k + 1
-            X = Z - eta * self.oracle(problem, self.mirror(reg, anchor, Z, (t - 1) * eta), noise, 2 * k)
+            X = Z - eta * self.oracle(problem, self.mirror(reg, anchor, Z, t - 1, eta), noise, 2 * k)
             if k == steps - 1:
                 X = problem.average(X)
-            V = self.mirror(reg, anchor, X, t * eta)
+            V = self.mirror(reg, anchor, X, t, eta)
             Z = Z - eta * self.oracle(problem, V, noise, 2 * k + 1)
-            points += problem.average(V) if V.ndim == 2 else V
+            points += problem.average(V)
         dual, drift = self.synchronize(problem, Z)
         t = done + steps
-        z = self.mirror(reg, anchor, dual, t * eta)
+        z = self.mirror(reg, anchor, dual, t, eta)
         costs = self.vi_costs(problem, 2 * steps, up=2, down=2, prox=2 * steps - (done == 0))
         return self.advance(state, z, points, steps, drift, costs, 2, dual=dual)

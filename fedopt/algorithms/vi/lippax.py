@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -55,9 +56,11 @@ class LIPPAX(LocalVIMethod):
             object.__setattr__(self, "lr_inner", value)
 
     def inner_step(self, problem, eta=None) -> float:
-        """gamma: ``lr_inner``, or ``eta / (1 + eta L)^2`` (eta: ``lr_local`` unless given)."""
-        eta = self.lr_local if eta is None else eta
-        return self.lr_inner if self.lr_inner is not None else eta / (1 + eta * problem.lipschitz) ** 2
+        """gamma: ``lr_inner``, or ``eta / (1 + eta L)^2`` (eta: ``lr_local`` unless given; each run's in a batch)."""
+        if self.lr_inner is not None:
+            return self.lr_inner
+        L = problem.lipschitz
+        return problem.per_run(lambda e: e / (1 + e * L) ** 2, self.lr_local if eta is None else eta)
 
     def check(self, problem, regularizer):
         super().check(problem, regularizer)
@@ -97,18 +100,19 @@ class LIPPAX(LocalVIMethod):
             low, high = ((low + high) / 2, high) if stable((low + high) / 2) else (low, (low + high) / 2)
         return low
 
-    def smoothing(self, problem) -> float:
-        """delta of the Gaussian smoothing (0: plain LIPPAX)."""
-        return 0.0
+    def smoothing(self, problem) -> float | None:
+        """delta of the Gaussian smoothing (None: plain LIPPAX)."""
+        return None
 
     def round(self, state):
         env = state.env
         problem, eta, steps, H = env.problem, self.lr_local, self.local_steps, self.inner_steps
         gamma, delta = self.inner_step(problem), self.smoothing(problem)
         noise = problem.sample_noise(env.rng, steps * (H + 1))
-        shifts = problem.standard_normal(env.rng, (steps * H, problem.n_clients, problem.n_params)) if delta else None
+        shape = (steps * H, problem.n_clients, problem.n_params)
+        shifts = None if delta is None else problem.standard_normal(env.rng, shape)
         Z = problem.per_client(state.vars["z"])
-        points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
+        points = problem.server_zeros("float64")
         for k in range(steps):
             X = Z.copy()
             for inner in range(H):
@@ -130,14 +134,15 @@ class SLIPPAX(LIPPAX):
     is not perturbed. This solves the proximal subproblem of the smoothed operator
     ``E_s V(x + delta s)``, whose Jacobian is Lipschitz whatever V (Lemma 20).
 
-    ``smoothing`` = delta; default ``eta * sigma / p^(1/4)``, the radius of the proof of
+    ``smoothing_radius`` = delta; default ``eta * sigma / p^(1/4)``, the radius of the proof of
     Theorem 5 (before eq. (59)): the statement's ``eta sigma / sqrt(p)`` does not balance the
     two delta terms of (58) (specs/lippax.md Sec. 2.3). With sigma = 0 that is 0 and SLIPPAX is
     LIPPAX. Other hyperparameters and costs as in :class:`LIPPAX` (plus p normal draws per inner
-    step and client).
+    step and client). The runs of a batch share ``smoothing_radius``.
     """
 
     name = "slippax"
+    shared: ClassVar[tuple[str, ...]] = ("smoothing_radius",)  # whether a run draws the perturbations
 
     smoothing_radius: float | None = None
 
@@ -150,7 +155,8 @@ class SLIPPAX(LIPPAX):
                                  f"got {value!r}")
             object.__setattr__(self, "smoothing_radius", value)
 
-    def smoothing(self, problem) -> float:
+    def smoothing(self, problem):
+        """delta, or None when it is 0 (then SLIPPAX is LIPPAX and draws no perturbations)."""
         if self.smoothing_radius is not None:
-            return self.smoothing_radius
-        return self.lr_local * problem.sigma / problem.n_params ** 0.25
+            return self.smoothing_radius or None
+        return self.lr_local * problem.sigma / problem.n_params ** 0.25 if problem.sigma else None

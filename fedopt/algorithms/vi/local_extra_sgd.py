@@ -39,13 +39,13 @@ class LocalExtraSGD(LocalVIMethod):
         problem, eta, steps = env.problem, self.lr_local, self.local_steps
         noise = problem.sample_noise(env.rng, 2 * steps)
         Z = problem.per_client(state.vars["z"])
-        points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
+        points = problem.server_zeros("float64")
         for k in range(steps):
             X = Z - eta * self.oracle(problem, Z, noise, 2 * k)
             if k == steps - 1 and self.average_extrapolation:
                 X = problem.average(X)  # the server's average goes back to every client
             Z = Z - eta * self.oracle(problem, X, noise, 2 * k + 1)
-            points += problem.average(X) if X.ndim == 2 else X
+            points += problem.average(X)
         z, drift = self.synchronize(problem, Z)
         trips = 2 if self.average_extrapolation else 1
         costs = self.vi_costs(problem, 2 * steps, up=trips, down=trips)

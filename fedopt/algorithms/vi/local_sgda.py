@@ -28,7 +28,7 @@ class LocalSGDA(LocalVIMethod):
         problem, eta, steps = env.problem, self.lr_local, self.local_steps
         noise = problem.sample_noise(env.rng, steps)
         X = problem.per_client(state.vars["z"])
-        points = problem.backend.xp.zeros(problem.n_params, dtype="float64")
+        points = problem.server_zeros("float64")
         for k in range(steps):
             X = X - eta * self.oracle(problem, X, noise, k)
             points += problem.average(X)
