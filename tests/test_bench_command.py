@@ -131,7 +131,7 @@ def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys):
 def test_batch_bench_times_the_loop_the_batch_and_the_kernel(capsys):
     from fedopt.sweep.bench import bench_batch
 
-    result = bench_batch(runs=3, rounds=2, rows_per_client=10)
+    result = bench_batch(runs=3, rounds=2, rows_per_client=10, repeats=1)
     assert result["runs"] == 3 and min(result[f"{k}_seconds"] for k in ("loop", "batch", "kernel")) > 0
     assert math.isclose(result["batch_over_loop"], result["loop_seconds"] / result["batch_seconds"])
     assert "x the fused kernel's alone" in capsys.readouterr().out

@@ -77,7 +77,7 @@ def bench_sweep(workers=(1, 2), experiment: str = "speedup_demo", rounds: int | 
 
 
 def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, eval_every: int | None = None,
-                backend: str = "numba", stream=None) -> dict:
+                backend: str = "numba", repeats: int = 3, stream=None) -> dict:
     """Runs per second of ``runs`` FedNMap runs (seeds x ``lr_local``) at the sweep shape (logistic + l1,
     ``d = 64, n = 100, b = 8, Q = 10``), measured three ways in this process:
 
@@ -86,8 +86,8 @@ def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, e
     * ``kernel``: the fused local-steps kernel alone on the same ``runs * n`` client rows, ``rounds``
       calls: the floor that the batch's per-round overhead must amortize toward.
 
-    ``eval_every`` defaults to ``rounds`` (the history at the start and the end only). The first
-    runs are excluded: a two-round warm-up fills the kernel caches.
+    ``eval_every`` defaults to ``rounds`` (the history at the start and the end only). Each time is
+    the best of ``repeats``, after a two-round warm-up that fills the kernel caches.
     """
     import numpy as np
 
@@ -105,31 +105,39 @@ def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, e
     hyper = {"local_steps": Q, "batch_size": b, "gamma": 4.0, "eval_every": eval_every, "progress": False}
     fedopt.run_batch("fednmap", problem, reg, rounds=2, seeds=seeds[:2], lr_local=lrs[:2], **hyper)  # warm-up
 
-    began = time.perf_counter()
-    for seed, lr in zip(seeds, lrs, strict=True):
-        fedopt.run("fednmap", problem, reg, rounds=rounds, seed=seed, lr_local=lr, **hyper)
-    loop = time.perf_counter() - began
+    def best(work):
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - began)
+        return min(times)
 
-    began = time.perf_counter()
-    results = fedopt.run_batch("fednmap", problem, reg, rounds=rounds, seeds=seeds, lr_local=lrs, **hyper)
-    batch = time.perf_counter() - began
-    failed = [r for r in results if r.error is not None]
-    if failed:
-        raise RuntimeError(f"{len(failed)} of the benchmark's runs failed: {failed[0].error}")
+    def loop_of_runs():
+        for seed, lr in zip(seeds, lrs, strict=True):
+            fedopt.run("fednmap", problem, reg, rounds=rounds, seed=seed, lr_local=lr, **hyper)
+
+    def one_batch():
+        failed = [r for r in fedopt.run_batch("fednmap", problem, reg, rounds=rounds, seeds=seeds, lr_local=lrs,
+                                              **hyper) if r.error is not None]
+        if failed:
+            raise RuntimeError(f"{len(failed)} of the benchmark's runs failed: {failed[0].error}")
 
     from fedopt.batch import BatchProblem
 
     rows_view = BatchProblem([problem] * runs).rows
     kernel_args = _kernel_arguments(rows_view, reg, Q, b, np.repeat(np.asarray(lrs), n))
-    began = time.perf_counter()
-    for _ in range(rounds):
-        rows_view.fused_local_steps(*kernel_args)
-    kernel = time.perf_counter() - began
+
+    def kernel_alone():
+        for _ in range(rounds):
+            rows_view.fused_local_steps(*kernel_args)
+
+    loop, batch, kernel = best(loop_of_runs), best(one_batch), best(kernel_alone)
     result = {"runs": runs, "rounds": rounds, "eval_every": eval_every, "backend": problem.backend.name,
               "loop_seconds": loop, "batch_seconds": batch, "kernel_seconds": kernel,
               "batch_over_loop": loop / batch, "batch_over_kernel": batch / kernel}
     print(f"{runs} FedNMap runs x {rounds} rounds (logistic + l1, d={d}, n={n}, b={b}, Q={Q}, eval_every="
-          f"{eval_every}, {problem.backend.name}):", file=stream)
+          f"{eval_every}, {problem.backend.name}; best of {repeats}):", file=stream)
     for name in ("loop", "batch", "kernel"):
         seconds = result[f"{name}_seconds"]
         print(f"    {name:6s} {seconds:8.2f} s  {runs / seconds:8.1f} runs/s", file=stream)
