@@ -135,6 +135,8 @@ class Problem(PointArguments):
         oracles on the view; the view's own ``average`` and ``loss`` are not federated ones."""
         first = problems[0]
         distinct = list({id(p.dataset): p for p in problems}.values())
+        if any(p.dataset.scale != first.dataset.scale or p._X.dtype != first._X.dtype for p in distinct):
+            raise ValueError("the data sets of a batch must store their features alike (one dtype and scale)")
         base, position = {}, 0
         for problem in distinct:
             base[id(problem.dataset)] = position
