@@ -454,9 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "several sweeps on one store share its runs; --executor serial renews it only between "
                             "batches, so a batch there should finish within it")
     sweep.add_argument("--batch", type=_batch, default="auto", metavar="auto|N|off",
-                       help="run compatible runs (other seeds, real hyperparameters, regularization strengths) "
-                            "together as one batch: auto (default) cuts each group into ceil(size / workers) runs "
-                            "at most (and at most 64), N into at most N; off runs each run alone")
+                       help="run compatible runs (other seeds, real hyperparameters, regularization strengths, "
+                            "partition seeds) together as one batch: auto (default) makes batches of at most "
+                            "ceil(runs / (2 x workers)) runs (one worker: all; at most 64), N of at most N; off runs "
+                            "each run alone")
     sweep.set_defaults(handler=_sweep)
 
     rep = commands.add_parser("report", help="tables, PNG figures and fitted slopes of a store")

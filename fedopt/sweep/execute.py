@@ -334,8 +334,9 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
         The claimant's name in the store (default :func:`default_owner`).
     batch : "auto", "off" or int
         How runs are grouped into batches of :func:`fedopt.run_batch` (:mod:`fedopt.sweep.batching`):
-        ``"auto"`` (default) cuts each group of compatible runs into ``ceil(size / workers)`` runs at
-        most (and at most 64), an integer ``N`` into at most ``N``; ``"off"`` runs each run alone.
+        ``"auto"`` (default) cuts the groups of compatible runs into batches of at most
+        ``ceil(runs / (2 workers))`` runs (all of them for one worker; at most 64), an integer ``N``
+        into at most ``N``; ``"off"`` runs each run alone. The largest batches start first.
 
     Returns
     -------
