@@ -451,8 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "fails that the experiment does not document")
     sweep.add_argument("--lease", type=float, default=60.0, metavar="SECONDS",
                        help="how long a claim on a run outlives a process that stopped renewing it (default 60): "
-                            "several sweeps on one store share its runs; --executor serial renews it only between "
-                            "batches, so a batch there should finish within it")
+                            "several sweeps on one store share its runs; --executor serial renews it between the "
+                            "evaluations of its run or batch")
     sweep.add_argument("--batch", type=_batch, default="auto", metavar="auto|N|off",
                        help="run compatible runs (other seeds, real hyperparameters, regularization strengths, "
                             "partition seeds) together as one batch: auto (default) makes batches of at most "

@@ -163,6 +163,13 @@ def test_tol_stops_each_run_on_its_own(data):
         assert_same_run(single, result)
 
 
+def test_callback_follows_every_evaluation(data):
+    seen = []
+    fedopt.run_batch("fedavg", logistic(data), seeds=[0, 1], rounds=4, eval_every=2, local_steps=2, batch_size=4,
+                     callback=lambda state, rows: seen.append((state.round, len(rows), state.x.shape)))
+    assert seen == [(0, 2, (2, 1, 11)), (2, 2, (2, 1, 11)), (4, 2, (2, 1, 11))]
+
+
 def test_split_batches_give_the_same_runs(data, monkeypatch):
     problem = logistic(data)
     kwargs = {"rounds": 5, "local_steps": 2, "batch_size": 4, "lr_local": [0.05, 0.1, 0.2]}

@@ -158,8 +158,7 @@ def execute_batch(configs, progress: bool | None = False, callback=None) -> list
     divided by the number of runs), and ``wall_seconds`` its share of the whole, set-up included.
     When the batch fails as a whole (its set-up or :func:`fedopt.run_batch` raises), each
     configuration runs alone through :func:`execute_run`, so that a bad one fails alone with its
-    traceback. One configuration runs through :func:`execute_run`, with ``callback``
-    (:func:`fedopt.run_batch` takes none).
+    traceback. ``callback`` goes to :func:`fedopt.run_batch` (or :func:`fedopt.run` for one configuration).
     """
     import fedopt
 
@@ -177,7 +176,8 @@ def execute_batch(configs, progress: bool | None = False, callback=None) -> list
             [make_regularizer(c["regularizer"], p) for c, p in zip(configs, problems, strict=True)],
             rounds=first["rounds"], seeds=[c["seed"] for c in configs], eval_every=first["eval_every"],
             metric_gamma=[c.get("metric_gamma") for c in configs], tol=first.get("tol"), progress=progress,
-            divergence=first.get("divergence", True), **{k: [c["algorithm"][k] for c in configs] for k in names})
+            divergence=first.get("divergence", True), callback=callback,
+            **{k: [c["algorithm"][k] for c in configs] for k in names})
         seconds = (time.perf_counter() - began) / len(configs)
         histories = [{k: v.tolist() for k, v in result.history.as_dict().items()} for result in results]
     except Exception:  # run each one alone: the failing ones are stored as failed, the others as usual
@@ -326,9 +326,8 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
         ``on_result(spec, record)`` after each run executed here is stored.
     lease : float
         Seconds a claim on a run lasts without renewal; renewed every ``lease / 3`` seconds while
-        the run goes on. The serial executor renews between the evaluations of a run alone but
-        only between batches otherwise, so a batch there should finish within the lease (or give
-        a longer one): a shorter lease lets another sweep on the store run the same runs too. A
+        the runs go on (by the serial executor between the evaluations of its run or batch, so a
+        lease shorter than the time between two evaluations lets another sweep run them too). A
         sweep killed without releasing its claims holds them this long.
     owner : str or None
         The claimant's name in the store (default :func:`default_owner`).

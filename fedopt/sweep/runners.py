@@ -35,8 +35,7 @@ def make_runner(executor, workers, todo, scheduler, dask_processes, claims, run)
 
 
 class _Serial:
-    """Runs one batch at a time in this process, renewing the leases between the evaluations of a run
-    alone (a batch of several runs takes no callback: the leases are renewed between batches)."""
+    """Runs one batch at a time in this process, renewing the leases between the batch's evaluations."""
 
     capacity = workers = 1
 
