@@ -89,13 +89,15 @@ def _row_squared_distances(z, center, partial):
     for task in prange(n * blocks):
         i = task // blocks
         b = task - i * blocks
-        zi = z[i]
+        j0, j1 = b * BLOCK, min((b + 1) * BLOCK, p)
+        zi = z[i, j0:j1]  # slices from 0: see fedopt.kernels.cpu.elementwise._prox_block
         total = 0.0
         if has_center:
-            for j in range(b * BLOCK, min((b + 1) * BLOCK, p)):
-                total += (zi[j] - center[j]) * (zi[j] - center[j])
+            ci = center[j0:j1]
+            for j in range(zi.shape[0]):
+                total += (zi[j] - ci[j]) * (zi[j] - ci[j])
         else:
-            for j in range(b * BLOCK, min((b + 1) * BLOCK, p)):
+            for j in range(zi.shape[0]):
                 total += zi[j] * zi[j]
         partial[i, b] = total
 
@@ -109,13 +111,16 @@ def _scale_rows_about(z, center, factor, out):
     for task in prange(n * blocks):
         i = task // blocks
         j0 = (task - i * blocks) * BLOCK
+        j1 = min(j0 + BLOCK, p)
         f = factor[i]
+        zi, oi = z[i, j0:j1], out[i, j0:j1]
         if has_center:
-            for j in range(j0, min(j0 + BLOCK, p)):
-                out[i, j] = center[j] + (z[i, j] - center[j]) * f
+            ci = center[j0:j1]
+            for j in range(zi.shape[0]):
+                oi[j] = ci[j] + (zi[j] - ci[j]) * f
         else:
-            for j in range(j0, min(j0 + BLOCK, p)):
-                out[i, j] = z[i, j] * f
+            for j in range(zi.shape[0]):
+                oi[j] = zi[j] * f
 
 
 def project_l2_ball(z, center, radius, out):
@@ -207,11 +212,11 @@ def _chunk_sums(z, use_abs, sums, maxima):
     for task in prange(n * chunks):
         i = task // chunks
         c = task - i * chunks
-        zi = z[i]
+        zc = z[i, c * SIMPLEX_CHUNK : min((c + 1) * SIMPLEX_CHUNK, p)]  # a slice from 0: vectorizes
         total = 0.0
         top = -math.inf
-        for j in range(c * SIMPLEX_CHUNK, min((c + 1) * SIMPLEX_CHUNK, p)):
-            y = abs(zi[j]) if use_abs else zi[j]
+        for j in range(zc.shape[0]):
+            y = abs(zc[j]) if use_abs else zc[j]
             total += y
             top = y if y > top else top
         sums[i, c] = total
@@ -237,13 +242,14 @@ def _split_chunks(z, use_abs, lo, hi, buf, counts, sums, above_counts, above_sum
         t_lo, t_hi = lo[i], hi[i]
         mid = 0.5 * t_lo + 0.5 * t_hi
         reach = 0.5 * t_hi - 0.5 * t_lo + 1e-15 * (abs(t_lo) + abs(t_hi))
-        zi, bi = z[i], buf[i]
+        bi = buf[i]
         capacity = buf.shape[1] // chunks
         b0 = c * SIMPLEX_CHUNK
+        zc = z[i, b0 : min(b0 + SIMPLEX_CHUNK, p)]  # a slice from 0: vectorizes
         kept = 0
         total, kept_sum, n_above, above_sum = 0.0, 0.0, 0.0, 0.0
-        for j in range(b0, min(b0 + SIMPLEX_CHUNK, p)):
-            y = abs(zi[j]) if use_abs else zi[j]
+        for j in range(zc.shape[0]):
+            y = abs(zc[j]) if use_abs else zc[j]
             total += y
             above = np.float64(y > t_hi)
             n_above += above
@@ -395,18 +401,19 @@ def _shrink_rows(z, taus, use_abs, out):
     for task in prange(n * blocks):
         i = task // blocks
         j0 = (task - i * blocks) * BLOCK
+        zi, oi = z[i, j0 : min(j0 + BLOCK, p)], out[i, j0 : min(j0 + BLOCK, p)]  # slices from 0: vectorize
         tau = taus[i]
         if math.isnan(tau):
-            for j in range(j0, min(j0 + BLOCK, p)):
-                out[i, j] = math.nan
+            for j in range(zi.shape[0]):
+                oi[j] = math.nan
         elif use_abs:
-            for j in range(j0, min(j0 + BLOCK, p)):
-                v = z[i, j]
-                out[i, j] = math.copysign(abs(v) - tau, v) if abs(v) > tau else 0.0
+            for j in range(zi.shape[0]):
+                v = zi[j]
+                oi[j] = math.copysign(abs(v) - tau, v) if abs(v) > tau else 0.0
         else:
-            for j in range(j0, min(j0 + BLOCK, p)):
-                v = z[i, j]
-                out[i, j] = v - tau if v > tau else 0.0
+            for j in range(zi.shape[0]):
+                v = zi[j]
+                oi[j] = v - tau if v > tau else 0.0
 
 
 def _simplex_thresholds(z, radius, use_abs):
