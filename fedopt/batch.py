@@ -7,7 +7,7 @@ so that a method's round reads as for one run and broadcasting does the rest. Th
 know about the axis:
 
 * :class:`BatchProblem`: the oracles and the fused local loops run on the ``R n`` client rows as
-  one flat ``(R n, p)`` array over the shared data (:meth:`~fedopt.problems.base.Problem.tiled`:
+  one flat ``(R n, p)`` array over the shared data (:meth:`~fedopt.problems.base.Problem.client_rows`:
   client row ``r n + i`` is client ``i``); the server's average is a weighted sum per run; each
   run draws its minibatches from its own generator, and the draws are concatenated in run order,
   so run ``r`` sees the rows that :func:`fedopt.run` with its seed sees.
@@ -71,6 +71,10 @@ class _RunAxis:
     def client_zeros(self):
         return self.backend.xp.zeros(self.client_shape, dtype=self.dtype)
 
+    def node_mean(self, X):
+        """Each run's plain mean over its client rows: ``(R, n, p)`` to ``(R, 1, p)``."""
+        return X.mean(axis=1, keepdims=True)
+
 
 class BatchProblem(_RunAxis):
     """``R`` runs of federated problems: the oracles of :class:`~fedopt.problems.base.Problem` on
@@ -81,9 +85,6 @@ class BatchProblem(_RunAxis):
     def __init__(self, problems):
         super().__init__(problems)
         self.rows = self.problem.client_rows(self.problems)
-
-    def node_mean(self, X):
-        return X.mean(axis=1, keepdims=True)
 
     def average(self, per_client):
         """``sum_i w_i v_{r,i}`` for every run ``r``: ``(R, n, p)`` to ``(R, 1, p)``."""
@@ -172,9 +173,7 @@ class BatchVIProblem(_RunAxis):
 
     def average(self, per_client):
         """Each run's ``avg_m v_m``: ``(R, n, p)`` to ``(R, 1, p)``; a server array ``(R, 1, p)`` is its own average."""
-        return per_client.mean(axis=1, keepdims=True)
-
-    node_mean = average
+        return self.node_mean(per_client)
 
     def drift(self, per_client, mean):
         """Each run's ``avg_m ||v_m - mean||^2``: an ``(R,)`` array (a float per run in the run's view)."""
@@ -344,8 +343,11 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
 
 def _same_shape(problems, backend) -> list:
     """The runs' problems (on ``backend`` when one is named), after checking that they can share a batch."""
-    moved = {}
-    problems = [moved.setdefault(id(p), p if backend is None else p.on(backend)) for p in problems]
+    moved = {}  # each distinct problem moved once
+    for p in problems:
+        if id(p) not in moved:
+            moved[id(p)] = p if backend is None else p.on(backend)
+    problems = [moved[id(p)] for p in problems]
     first = problems[0]
     for problem in problems[1:]:
         for what in ("n_clients", "n_params", "dtype"):
@@ -443,7 +445,7 @@ class _Batch:
                 if t % eval_every == 0 or t == rounds:
                     self._record(self.state, last_finite)
                 last_finite = self.state
-                self._leave(t, rounds)
+                self._leave()
                 if self.show:
                     print(f"\r{self.method.name} x{len(self.methods)}: round {t}/{rounds}, "
                           f"{len(self.active)} runs going", end="", file=sys.stderr, flush=True)
@@ -504,7 +506,7 @@ class _Batch:
         result.error = divergence_error(self.method.name, what, kind, result)
         self.results[self.active[position]] = result
 
-    def _leave(self, t, rounds):
+    def _leave(self):
         """Drop the runs that stopped this round from the batch's arrays."""
         keep = [p for p, run in enumerate(self.active) if self.results[run] is None]
         if len(keep) == len(self.active) or not keep:

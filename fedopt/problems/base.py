@@ -57,7 +57,7 @@ class Problem(PointArguments):
         if dataset.is_sparse and self.backend.name == "gpu":
             raise ValueError("sparse X runs on backend='numpy' or 'numba'; for 'gpu' densify it with X.toarray()")
         self.dtype = dataset.dtype
-        self._offsets = dataset.offsets  # client i owns rows offsets[i]:offsets[i+1]; see tiled()
+        self._offsets = dataset.offsets  # client i owns rows offsets[i]:offsets[i+1]; see client_rows()
         self._starts = dataset.offsets[:-1]
         self._client_sizes = dataset.client_sizes.astype(np.float64)  # m_i, for the minibatch draws
         self._X = self._to_backend_features(dataset.X)
@@ -122,10 +122,6 @@ class Problem(PointArguments):
             return self
         return type(self)(self.dataset, backend=backend, **self._options)
 
-    def tiled(self, copies: int):
-        """The client rows of ``copies`` runs of this problem side by side (see :meth:`client_rows`)."""
-        return self.client_rows([self] * copies)
-
     @staticmethod
     def client_rows(problems):
         """The clients of ``problems`` side by side as one problem view: client row ``r * n + i`` is
@@ -158,7 +154,7 @@ class Problem(PointArguments):
     # ------------------------------------------------------------------ sizes
     @property
     def n_clients(self) -> int:
-        """``n``, the number of clients (of client rows in a :meth:`tiled` view)."""
+        """``n``, the number of clients (of client rows in a :meth:`client_rows` view)."""
         return len(self._client_sizes)
 
     @property

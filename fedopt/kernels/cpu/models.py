@@ -54,7 +54,8 @@ def _residual(kind, M, n_out, target, want_loss):
 
 @inline
 def _row_value(values, i):
-    """Row ``i``'s entry of a per-row parameter vector: ``values[0]`` when one value serves every row."""
+    """Row ``i``'s entry of a per-row parameter array (a value, or a row of prox parameters): ``values[0]``
+    when one entry serves every row."""
     return values[0] if values.shape[0] == 1 else values[i]
 
 
@@ -312,6 +313,7 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
         count = rows.shape[2] if rows.shape[2] > 0 else ends[node] - first
         gamma, one_minus_gamma = _row_value(gammas, node), _row_value(one_minus_gammas, node)
         alpha, beta = _row_value(alphas, node), _row_value(betas, node)
+        prox_theta = _row_value(theta, node)
         M = np.empty(2 * n_out + 1, dtype=P.dtype)
         g = np.empty(p, dtype=P.dtype)
         x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
@@ -327,7 +329,7 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
                     nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
             for j in range(p):
                 x[j] -= nu[j] * alpha
-            _prox_block(prox_kind, theta[0] if theta.shape[0] == 1 else theta[node], w, P, node, 0, p, P)
+            _prox_block(prox_kind, prox_theta, w, P, node, 0, p, P)
             _client_pass(X, data, indices, indptr, dense, d, y, rows[step, node], first, count, x, kind, n_out, scale,
                          fit_intercept, M, g, False, True)
             for j in range(p):
