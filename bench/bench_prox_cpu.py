@@ -1,10 +1,12 @@
 """CPU (Numba) benchmarks of every prox and of the fused normal-map step, against memory copy and NumPy.
 
-For each operator and p in {1e3, 1e5, 1e7} (float64, and float32 at 1e7): the kernel's time
-through the public API (``reg.prox(z, step, out=out)`` / ``reg.normal_map_step(...)`` into
-preallocated outputs), its achieved bandwidth over the operator's minimal traffic, the ratio to
-the copy bandwidth measured in the same process, and the speed-up over the best pure-NumPy
-expression of the same operator (checked against the kernel's result once, untimed).
+For each operator, p in {1e3, 1e4, 1e5, 1e6, 1e7} elements, float64 and float32, as one row of p
+and as 100 rows of p / 100: the time through the public API (``reg.prox(z, step, out=out)`` /
+``reg.normal_map_step(...)`` into preallocated outputs), its achieved bandwidth over the
+operator's minimal traffic, the ratio to the copy bandwidth measured in the same process, the
+speed-up over the best pure-NumPy expression of the same operator, and the time of the backend
+kernel call alone over the plainest Numba loop of the operation (``fedopt.bench.plain_prox``; both
+checked against the kernel's result once, untimed). ``--bench-sizes`` selects sizes by p.
 
 Minimal traffic, in passes of ``p * itemsize`` bytes (spec section 1.3):
 
@@ -25,10 +27,15 @@ import numpy as np
 import pytest
 
 from fedopt import regularizers as R
+from fedopt._backend import get_backend
+from fedopt.bench import capture_kernel_call, plain_normal_map_soft, plain_prox
 from fedopt.kernels import reference
 
-SIZES = (1_000, 100_000, 10_000_000)
+from conftest import TARGET_X_PLAIN, TARGET_X_PLAIN_ROWS
+
+SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
+ROWS = (1, 100)
 GROUP_SIZE = 10
 STEP = 0.5  # prox step: thresholds of about half a standard deviation on N(0, 1) data
 
@@ -41,13 +48,18 @@ def _tag(dtype) -> str:
     return "f64" if np.dtype(dtype) == F64 else "f32"
 
 
-def _sizes_and_dtypes():
-    """(p, dtype): every size in float64, and the largest one in float32 too."""
-    return [(p, F64) for p in SIZES] + [(SIZES[-1], F32)]
+def _layout(p, n) -> str:
+    return "" if n == 1 else f"-{n}x{_fmt_p(p // n)}"
 
 
 def _tol(dtype) -> dict:
     return {"rtol": 1e-10, "atol": 1e-12} if np.dtype(dtype) == F64 else {"rtol": 2e-5, "atol": 2e-6}
+
+
+def _kernel_time(kbench, call, p) -> float | None:
+    """Best time of the backend kernel call that ``call()`` makes (None when disabled)."""
+    kernel = capture_kernel_call(get_backend("numba"), call)
+    return kbench.plain_time([kernel], p) if kernel is not None else None
 
 
 # ---- the operators: a regularizer, its traffic in passes, and its best NumPy expression --------
@@ -177,32 +189,43 @@ def make_case(name: str, p: int, dtype) -> Case:
 
 
 PROX_NAMES = ("l1", "l1w", "enet", "group", "box", "nonneg", "l2ball", "l1ball", "simplex", "mcp", "scad")
+ROW_PROXES = ("group", "l2ball", "l1ball", "simplex")
 
 
 def _prox_params():
     return [
-        pytest.param(name, p, dtype, id=f"{name}-p{_fmt_p(p)}-{_tag(dtype)}")
-        for p, dtype in _sizes_and_dtypes()
+        pytest.param(name, p, n, dtype, id=f"{name}-p{_fmt_p(p)}{_layout(p, n)}-{_tag(dtype)}")
+        for dtype in (F64, F32)
+        for p in SIZES
+        for n in ROWS
         for name in PROX_NAMES
     ]
 
 
-@pytest.mark.parametrize(("name", "p", "dtype"), _prox_params())
-def test_prox(kbench, name, p, dtype):
-    kbench.benchmark.group = f"prox p={_fmt_p(p)} {_tag(dtype)}"
-    case = make_case(name, p, dtype)
-    z = np.random.default_rng(p).standard_normal(p).astype(dtype)
+@pytest.mark.parametrize(("name", "p", "n", "dtype"), _prox_params())
+def test_prox(kbench, name, p, n, dtype):
+    kbench.benchmark.group = f"prox p={_fmt_p(p)}{_layout(p, n)} {_tag(dtype)}"
+    q = p // n
+    case = make_case(name, q, dtype)
+    z = np.random.default_rng(p).standard_normal((n, q)).astype(dtype)
     out = np.empty_like(z)
     reg = case.reg
 
     kbench.run(lambda: reg.prox(z, STEP, out=out), p)
 
     expected = np.empty_like(z)
-    case.numpy(z, expected)
+    for row, row_out in zip(z, expected, strict=True):
+        case.numpy(row, row_out)
     np.testing.assert_allclose(out, expected, **_tol(dtype),
                                err_msg=f"the NumPy expression of {name} disagrees with the kernel")
-    numpy_s = kbench.numpy_time(lambda: case.numpy(z, expected), p)
-    kbench.record(p, dtype, case.passes * p * z.itemsize, numpy_s)
+    numpy_s = kbench.numpy_time(lambda: [case.numpy(row, row_out) for row, row_out in zip(z, expected, strict=True)],
+                                p)
+    plain_out = np.empty_like(z)
+    plain_s = kbench.plain_time(plain_prox(reg, z, STEP, plain_out), p,
+                                check=lambda: np.testing.assert_allclose(plain_out, out, rtol=1e-4, atol=1e-5))
+    kbench.record(p, dtype, case.passes * p * z.itemsize, numpy_s, plain_s=plain_s,
+                  kernel_s=_kernel_time(kbench, lambda: reg.prox(z, STEP, out=out), p),
+                  plain_target=TARGET_X_PLAIN_ROWS if name in ROW_PROXES else TARGET_X_PLAIN)
 
 
 # ---- nuclear norm: SVT against the bare SVD ----------------------------------------------------
@@ -255,20 +278,19 @@ def _nmap_numpy(reg, n, q, dtype):
 
 
 def _nmap_params():
-    params = []
-    for p, dtype in _sizes_and_dtypes():
-        shapes = [(1, p)] + ([(100, p // 100)] if p == SIZES[-1] and dtype == F64 else [])
-        for n, q in shapes:
-            for name in ("l1", "mcp"):
-                rows = "" if n == 1 else f"-{n}x{_fmt_p(q)}"
-                params.append(pytest.param(name, p, n, dtype, id=f"nmap-{name}-p{_fmt_p(p)}{rows}-{_tag(dtype)}"))
-    return params
+    return [
+        pytest.param(name, p, n, dtype, id=f"nmap-{name}-p{_fmt_p(p)}{_layout(p, n)}-{_tag(dtype)}")
+        for dtype in (F64, F32)
+        for p in SIZES
+        for n in ROWS
+        for name in ("l1", "mcp")
+    ]
 
 
 @pytest.mark.parametrize(("name", "p", "n", "dtype"), _nmap_params())
 def test_normal_map(kbench, name, p, n, dtype):
     q = p // n
-    kbench.benchmark.group = f"normal map p={_fmt_p(p)} {_tag(dtype)}"
+    kbench.benchmark.group = f"normal map p={_fmt_p(p)}{_layout(p, n)} {_tag(dtype)}"
     reg = R.L1(1.0) if name == "l1" else R.MCP(1.0, 3.0)
     rng = np.random.default_rng(p + n)
     z, g, c = (rng.standard_normal((n, q)).astype(dtype) for _ in range(3))
@@ -276,7 +298,10 @@ def test_normal_map(kbench, name, p, n, dtype):
     x_ref = reg.prox(z_ref, GAMMA)
     z_out, x_out = np.empty_like(z), np.empty_like(z)
 
-    kbench.run(lambda: reg.normal_map_step(z, g, z_ref, x_ref, LR, GAMMA, correction=c, z_out=z_out, x_out=x_out), p)
+    def step():
+        return reg.normal_map_step(z, g, z_ref, x_ref, LR, GAMMA, correction=c, z_out=z_out, x_out=x_out)
+
+    kbench.run(step, p)
 
     numpy_fn = _nmap_numpy(reg, n, q, dtype)
     z_np, x_np = np.empty_like(z), np.empty_like(z)
@@ -284,6 +309,12 @@ def test_normal_map(kbench, name, p, n, dtype):
     np.testing.assert_allclose(z_out, z_np, **_tol(dtype))
     np.testing.assert_allclose(x_out, x_np, **_tol(dtype))
     numpy_s = kbench.numpy_time(lambda: numpy_fn(z, g, c, z_ref, x_ref, z_np, x_np), p)
+    plain_s = None
+    if name == "l1":
+        x_plain = np.empty_like(z)
+        plain_s = kbench.plain_time(
+            plain_normal_map_soft(z, g, c, z_ref, x_ref, LR, GAMMA, GAMMA * reg.lam, np.empty_like(z), x_plain), p,
+            check=lambda: np.testing.assert_allclose(x_plain, x_out, rtol=1e-4, atol=1e-5))
     itemsize = np.dtype(dtype).itemsize
     nbytes = (5 * n * q + 2 * q) * itemsize  # read z, g, c (n x q) and z_ref, x_ref (q); write z_out, x_out
-    kbench.record(p, dtype, nbytes, numpy_s)
+    kbench.record(p, dtype, nbytes, numpy_s, plain_s=plain_s, kernel_s=_kernel_time(kbench, step, p))

@@ -9,10 +9,15 @@ compact table at the end of the session):
   measured in this process (best of N single calls, ``2 * p * itemsize`` bytes), and
   ``pct_copy = gbps / copy_gbps``;
 * ``numpy_s`` and ``x_numpy``: the best time of the best pure-NumPy expression of the same
-  operator, and the kernel's speed-up over it (where there is one).
+  operator, and the kernel's speed-up over it (where there is one);
+* ``plain_s`` and ``x_plain``: the best time of the plainest Numba loops of the same operation
+  (:mod:`fedopt.kernels.cpu.plain`, parallel and serial), and the time of the backend kernel
+  call the public call makes (``kernel_s``, without the API's checks) over it.
 
-Targets (CPU, p = 1e7): at least 70 % of the copy bandwidth and at least 5x the NumPy
-expression; the summary table flags the rows that miss them. Nothing is asserted on timings.
+Targets (CPU): at every size, separable proxes and the fused normal-map step at most 1.25x the
+plain loop and row proxes at most 2x; at p = 1e7, at least 70 % of the copy bandwidth and at
+least 5x the NumPy expression. The summary table flags the rows that miss them. Nothing is
+asserted on timings.
 
 Files named ``bench_*.py`` under ``bench/`` are collected by :func:`pytest_collect_file` below,
 so no ``python_files`` override is needed. Run from the repository root::
@@ -41,6 +46,9 @@ SIZES_ENV = "FEDOPT_BENCH_SIZES"
 TARGET_P = 10_000_000
 TARGET_PCT_COPY = 0.70
 TARGET_X_NUMPY = 5.0
+#: Kernel time over the plain loop: separable proxes and the normal-map step, row proxes.
+TARGET_X_PLAIN = 1.25
+TARGET_X_PLAIN_ROWS = 2.0
 
 
 # ---- collection --------------------------------------------------------------------------------
@@ -179,6 +187,9 @@ class Row:
     numpy_s: float | None
     note: str = ""
     prox_targets: bool = True
+    plain_s: float | None = None
+    plain_target: float = TARGET_X_PLAIN
+    kernel_s: float | None = None
 
     @property
     def pct_copy(self):
@@ -189,14 +200,20 @@ class Row:
         return None if self.numpy_s is None else self.numpy_s / self.seconds
 
     @property
+    def x_plain(self):
+        return None if self.plain_s is None else (self.kernel_s or self.seconds) / self.plain_s
+
+    @property
     def target(self) -> str:
         """The prox kernels' targets; other benchmarks state their own in ``note``."""
-        if not self.prox_targets or self.p < TARGET_P or self.gbps is None:
+        if not self.prox_targets:
             return ""
         misses = []
-        if self.pct_copy is not None and self.pct_copy < TARGET_PCT_COPY:
+        if self.x_plain is not None and self.x_plain > self.plain_target:
+            misses.append("plain")
+        if self.p >= TARGET_P and self.pct_copy is not None and self.pct_copy < TARGET_PCT_COPY:
             misses.append("bw")
-        if self.x_numpy is not None and self.x_numpy < TARGET_X_NUMPY:
+        if self.p >= TARGET_P and self.x_numpy is not None and self.x_numpy < TARGET_X_NUMPY:
             misses.append("x5")
         return "MISS " + ",".join(misses) if misses else "ok"
 
@@ -233,6 +250,18 @@ class KernelBench:
             return None
         return best_time(fn, rounds=max(3, rounds_for(p) // 2))
 
+    def plain_time(self, loops, p: int, check=None) -> float | None:
+        """Best time of the best of the plain ``loops`` (zero-argument calls); ``check()`` runs after
+        each loop's first call (untimed). None without loops or when benchmarks are disabled."""
+        times = []
+        for loop in loops:
+            loop()
+            if check is not None:
+                check()
+            if self.enabled:
+                times.append(best_time(loop, rounds=max(3, rounds_for(p) // 2)))
+        return min(times) if times else None
+
     def record(
         self,
         p: int,
@@ -243,12 +272,17 @@ class KernelBench:
         copy_p: int | None = None,
         extra: dict | None = None,
         prox_targets: bool = True,
+        plain_s: float | None = None,
+        plain_target: float = TARGET_X_PLAIN,
+        kernel_s: float | None = None,
     ):
         """Fill ``benchmark.extra_info`` and add a row to the summary table (nothing when disabled).
 
         ``nbytes`` None means no bandwidth figure (compute-bound operators). ``copy_p`` is the
         number of elements of the copy baseline (default ``p``); ``extra`` goes to ``extra_info``;
-        ``prox_targets=False`` leaves the prox kernels' targets out of the table (state others in ``note``).
+        ``prox_targets=False`` leaves the prox kernels' targets out of the table (state others in
+        ``note``); ``plain_s`` is the plain loop's time, held to ``plain_target`` against ``kernel_s``
+        (the backend kernel call alone; default the benchmark's own time).
         """
         seconds = self.min_s
         if seconds is None:
@@ -269,9 +303,12 @@ class KernelBench:
             )
         if numpy_s is not None:
             info.update(numpy_s=numpy_s, x_numpy=round(numpy_s / seconds, 3))
+        if plain_s is not None:
+            info.update(plain_s=plain_s, kernel_s=kernel_s, x_plain=round((kernel_s or seconds) / plain_s, 3))
         if note:
             info["note"] = note
-        _ROWS.append(Row(self.name, int(p), dtype_tag(dtype), seconds, gbps, copy_gbps, numpy_s, note, prox_targets))
+        _ROWS.append(Row(self.name, int(p), dtype_tag(dtype), seconds, gbps, copy_gbps, numpy_s, note, prox_targets,
+                         plain_s, plain_target, kernel_s))
 
 
 @pytest.fixture
@@ -296,7 +333,8 @@ def _fmt(value, spec: str) -> str:
 
 
 def summary_lines(rows: list[Row]) -> list[str]:
-    header = ("name", "p", "dtype", "time", "GB/s", "copy GB/s", "% copy", "NumPy", "x NumPy", "target", "note")
+    header = ("name", "p", "dtype", "time", "GB/s", "copy GB/s", "% copy", "NumPy", "x NumPy", "kernel", "plain",
+              "x plain", "target", "note")
     table = [header]
     for r in rows:
         table.append(
@@ -310,12 +348,15 @@ def summary_lines(rows: list[Row]) -> list[str]:
                 "-" if r.pct_copy is None else f"{100 * r.pct_copy:.0f}%",
                 _fmt_time(r.numpy_s),
                 _fmt(r.x_numpy, ".1f"),
+                _fmt_time(r.kernel_s),
+                _fmt_time(r.plain_s),
+                _fmt(r.x_plain, ".2f"),
                 r.target,
                 r.note,
             )
         )
     widths = [max(len(row[k]) for row in table) for k in range(len(header))]
-    right = {1, 3, 4, 5, 6, 7, 8}
+    right = {1, 3, 4, 5, 6, 7, 8, 9, 10, 11}
     lines = []
     for n, row in enumerate(table):
         cells = [cell.rjust(w) if k in right else cell.ljust(w)
@@ -333,7 +374,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.section("fedopt kernel bandwidth summary")
     tr.write_line(
         "time = min over rounds; GB/s = minimal traffic / time; copy = np.copyto in this process; "
-        f"target at p >= {fmt_p(TARGET_P)}: >= {TARGET_PCT_COPY:.0%} of copy and >= {TARGET_X_NUMPY:g}x NumPy"
+        "kernel = the backend kernel call alone; plain = the plainest Numba loop (x plain = kernel / plain); "
+        f"targets: x plain <= {TARGET_X_PLAIN:g} (row proxes {TARGET_X_PLAIN_ROWS:g}), and at p >= {fmt_p(TARGET_P)} "
+        f">= {TARGET_PCT_COPY:.0%} of copy and >= {TARGET_X_NUMPY:g}x NumPy"
     )
     for line in summary_lines(_ROWS):
         tr.write_line(line)

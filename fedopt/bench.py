@@ -62,8 +62,17 @@ MAX_ROWS = 1_280_000
 #: The largest copy of the floor, in elements (1 GiB of float64 each way).
 MAX_COPY = 1 << 27
 LAM, GAMMA, LR = 1e-3, 4.0, 0.1
+#: Elements of the prox and gossip rows: one row of each size, and PROX_ROWS rows of size / PROX_ROWS.
+PROX_SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+QUICK_PROX_SIZES = (1_000, 100_000)
+PROX_ROWS = 100
+GROUP_SIZE = 10
+#: The backend kernels a prox or a normal-map step calls (see :func:`capture_kernel_call`).
+PROX_KERNELS = ("prox_elementwise", "prox_group", "project_l2_ball", "project_simplex", "project_l1_ball",
+                "normal_map_step")
 CLASSES = 10
 METHODS = ("fednmap", "fedcanon", "depositum")
+FAMILIES = ("prox", "gossip", "gradient", "round")
 DTYPES = ("float64", "float32")
 
 
@@ -84,12 +93,20 @@ class Row:
     floor_rate: float
     ratio: float
     peers: dict = field(default_factory=dict)
+    kernel_seconds: float = math.nan
+    plain_seconds: float = math.nan
 
     @classmethod
-    def make(cls, family, name, shape, dtype, backend, seconds, work, unit, floor, floor_rate, peers=None):
+    def make(cls, family, name, shape, dtype, backend, seconds, work, unit, floor, floor_rate, peers=None,
+             kernel_seconds=math.nan, plain_seconds=math.nan):
         rate = work / seconds / 1e9
         return cls(family, name, shape, np.dtype(dtype).name, backend, seconds, float(work), unit, rate, floor,
-                   floor_rate, rate / floor_rate, dict(peers or {}))
+                   floor_rate, rate / floor_rate, dict(peers or {}), kernel_seconds, plain_seconds)
+
+    @property
+    def over_plain(self) -> float:
+        """The kernel's time over the plainest Numba loop of the same operation (NaN where there is none)."""
+        return self.kernel_seconds / self.plain_seconds
 
 
 # ------------------------------------------------------------------------------------------ timing
@@ -190,7 +207,7 @@ class Suite:
         self.quick = quick
         self.dtypes = tuple(np.dtype(t).name for t in dtypes)
         self.clients = list(clients or [None])
-        self.families = tuple(families or ("prox", "gradient", "round"))
+        self.families = tuple(families or FAMILIES)
         self.peers = peers
         self.stream = stream
         self.timer = Timer(self.backend, quick)
@@ -218,6 +235,8 @@ class Suite:
             for dtype in self.dtypes:
                 if "prox" in self.families:
                     self.prox(dtype, clients)
+                if "gossip" in self.families:
+                    self.gossip(dtype, clients)
                 if "gradient" in self.families:
                     self.gradients(dtype, clients)
                 if "round" in self.families:
@@ -232,30 +251,78 @@ class Suite:
             print(format_row(row), file=self.stream, flush=True)
 
     def prox(self, dtype, clients):
+        """Every prox family and the fused normal-map step at each size, as one row and as ``n`` rows."""
+        for size in QUICK_PROX_SIZES if self.quick else PROX_SIZES:
+            for n in (1, clients or PROX_ROWS):
+                if size // n >= 2:
+                    self.prox_shape(n, size // n, dtype)
+
+    def prox_shape(self, n, p, dtype):
         from fedopt import regularizers as R
 
-        xp, n = self.backend.xp, clients or 100
-        p = (100_000 if self.quick else 10_000_000) // n  # the same total size for any number of clients
+        xp = self.backend.xp
         rng = np.random.default_rng(1)
         Z = self.backend.asarray(rng.standard_normal((n, p)).astype(dtype))
         out = xp.empty_like(Z)
         floor = self.timer.copy_gbps(n * p, dtype)
         shape = f"n={n} p={p}"
-        cases = {"l1": (R.L1(1.0), 2), "mcp": (R.MCP(1.0, 3.0), 2), "group10": (R.GroupLasso(1.0, groups=10), 2),
-                 "simplex": (R.Simplex(1.0), 3)}
+        cases = {"l1": (R.L1(1.0), 2), "mcp": (R.MCP(1.0, 3.0), 2), "scad": (R.SCAD(1.0, 3.7), 2),
+                 "box": (R.Box(-1.0, 1.0), 2), "l2ball": (R.L2Ball(1.0), 3), "simplex": (R.Simplex(1.0), 3),
+                 # a fifth of the entries stay nonzero: the hard case for the threshold search
+                 "l1ball": (R.L1Ball(0.1 * p), 3)}
+        if p % GROUP_SIZE == 0:
+            cases[f"group{GROUP_SIZE}"] = (R.GroupLasso(1.0, groups=GROUP_SIZE), 2)
+        numba = self.backend.name == "numba"  # the plain loops are Numba CPU loops
+        plain_out = np.empty_like(self.backend.to_numpy(Z))
         for name, (reg, passes) in cases.items():
-            seconds = self.timer.best(partial(reg.prox, Z, 0.5, out=out))
-            self.add(Row.make("prox", name, shape, dtype, self.backend.name, seconds, passes * Z.nbytes, "GB/s",
-                              "copy", floor))
-        G, C = xp.ones_like(Z), xp.zeros_like(Z)
+            plain = plain_prox(reg, Z, 0.5, plain_out) if numba else []
+            self.add(self.measured("prox", name, shape, dtype, partial(reg.prox, Z, 0.5, out=out), out,
+                                   passes * Z.nbytes, floor, plain, plain_out))
+        G, C = xp.ones_like(Z), xp.full_like(Z, 0.5)
         z_ref = Z[0].copy()
         reg = R.L1(1.0)
         x_ref = reg.prox(z_ref, GAMMA)
         Z_out = xp.empty_like(Z)
-        seconds = self.timer.best(lambda: reg.normal_map_step(Z, G, z_ref, x_ref, LR, GAMMA, correction=C,
-                                                              z_out=Z_out, x_out=out))
-        self.add(Row.make("prox", "normal-map-step-l1", shape, dtype, self.backend.name, seconds, 5 * Z.nbytes,
-                          "GB/s", "copy", floor))
+        call = partial(reg.normal_map_step, Z, G, z_ref, x_ref, LR, GAMMA, correction=C, z_out=Z_out, x_out=out)
+        plain = plain_normal_map_soft(Z, G, C, z_ref, x_ref, LR, GAMMA, GAMMA * reg.lam, np.empty_like(plain_out),
+                                      plain_out) if numba else []
+        self.add(self.measured("prox", "normal-map-step-l1", shape, dtype, call, out, 5 * Z.nbytes, floor, plain,
+                               plain_out))
+
+    def gossip(self, dtype, clients):
+        """Gossip ``W @ V`` on a ring of ``n`` nodes (three nonzeros a row of ``W``), rows of each size."""
+        from fedopt.algorithms.decentralized.mixing import Mixer
+        from fedopt.algorithms.decentralized.topology import make
+
+        n = clients or PROX_ROWS
+        ring = make("ring", n)
+        mixer = Mixer(ring, self.backend, dtype)
+        for size in QUICK_PROX_SIZES if self.quick else PROX_SIZES:
+            p = max(1, size // n)
+            V = self.backend.asarray(np.random.default_rng(2).standard_normal((n, p)).astype(dtype))
+            out = self.backend.xp.empty_like(V)
+            plain_out = np.empty((n, p), dtype)
+            plain = plain_mix(ring.mixing, V, plain_out) if self.backend.name == "numba" else []
+            self.add(self.measured("gossip", "ring", f"n={n} p={p}", dtype, partial(mixer, V, out), out,
+                                   2 * V.nbytes, self.timer.copy_gbps(n * p, dtype), plain, plain_out))
+
+    def measured(self, family, name, shape, dtype, call, out, nbytes, floor, plain, plain_out) -> Row:
+        """The row of ``call``, a public call that writes ``out``: its time, the time of the backend
+        kernel call it makes, and the best time of the ``plain`` loops, which write ``plain_out``
+        (each checked against ``out`` first)."""
+        seconds = self.timer.best(call)
+        kernel = capture_kernel_call(self.backend, call)
+        kernel_seconds = self.timer.best(kernel) if kernel is not None else seconds
+        expected = self.backend.to_numpy(out)
+        plain_seconds = math.inf if plain else math.nan
+        for loop in plain:
+            loop()
+            if not np.allclose(plain_out, expected, rtol=1e-4, atol=1e-4, equal_nan=True):
+                raise AssertionError(f"a plain loop of {name} at {shape} ({dtype}) disagrees with fedopt by "
+                                     f"{np.nanmax(np.abs(plain_out - expected)):.3g}")
+            plain_seconds = min(plain_seconds, self.timer.best(loop))
+        return Row.make(family, name, shape, dtype, self.backend.name, seconds, nbytes, "GB/s", "copy", floor,
+                        kernel_seconds=kernel_seconds, plain_seconds=plain_seconds)
 
     def gradients(self, dtype, clients):
         itemsize = np.dtype(dtype).itemsize
@@ -333,6 +400,87 @@ class Suite:
             peer_s = self.timer.best(peer_round, calls=3 if self.quick else 10)
             times[name] = {"seconds": peer_s, "speedup": peer_s / seconds}
         return times
+
+
+# ------------------------------------------------------------------------------------ plain loops
+def plain_prox(reg, Z, step, out) -> list:
+    """Zero-argument calls of the plain loops (:mod:`fedopt.kernels.cpu.plain`) that compute
+    ``reg.prox(Z, step, out=out)`` for the 2-D NumPy array ``Z``: the parallel and the serial
+    compilation of each loop that fits ``reg``; empty when none does (per-coordinate box bounds,
+    group labels, a ball's center, the nuclear norm)."""
+    from fedopt import kernels as K
+    from fedopt import regularizers as R
+    from fedopt._backend import get_backend
+    from fedopt.kernels.cpu import plain
+
+    scalar = Z.dtype.type  # scalars in the data's dtype, so float32 data is processed in float32
+    flat, flat_out = Z.reshape(-1), out.reshape(-1)
+    form = reg._elementwise(step, get_backend("numba"), Z.dtype)
+    if form is not None:
+        kind, theta, w = form
+        theta = [scalar(t) for t in theta]
+        if kind == K.SOFT_WEIGHTED:
+            taus = (theta[0] * np.asarray(w[0])).astype(Z.dtype)
+            return [partial(loop, Z, taus, out) for loop in plain.soft_weighted]
+        loops = {K.SOFT: plain.soft, K.CLIP: plain.clip, K.MCP: plain.firm, K.SCAD: plain.scad}
+        return [partial(loop, flat, *theta, flat_out) for loop in loops.get(kind, ())]
+    if isinstance(reg, R.GroupLasso) and np.ndim(reg.groups) == 0 and reg.weights is None:
+        tau = scalar(step * reg.lam * math.sqrt(reg.groups))
+        return [partial(loop, flat, reg.groups, tau, flat_out) for loop in plain.group_soft]
+    if isinstance(reg, R.L2Ball) and reg.center is None:
+        return [partial(loop, Z, scalar(reg.radius), out) for loop in (*plain.l2_ball_rows, *plain.l2_ball_columns)]
+    if isinstance(reg, R.Simplex | R.L1Ball):
+        use_abs = isinstance(reg, R.L1Ball)
+        return [partial(loop, Z, scalar(reg.radius), use_abs, out)
+                for loop in (*plain.simplex_sort, *plain.simplex_michelot)]
+    return []
+
+
+def plain_mix(W, V, out) -> list:
+    """Zero-argument calls of ``out = W @ V``: the plain CSR loop (parallel and serial) and the dense
+    BLAS product, the best plain choices for a sparse and for a dense ``W``."""
+    from scipy import sparse
+
+    from fedopt.kernels.cpu import plain
+
+    csr = sparse.csr_matrix(W)
+    weights, dense = csr.data.astype(V.dtype), W.astype(V.dtype)
+    return [*(partial(loop, csr.indptr, csr.indices, weights, V, out) for loop in plain.mix_csr),
+            partial(np.matmul, dense, V, out=out)]
+
+
+def capture_kernel_call(backend, call):
+    """A zero-argument call that repeats the first backend kernel of :data:`PROX_KERNELS` that ``call()``
+    makes, with the same arguments: the kernel as the library calls it, without the checks and
+    conversions of the public API. None when ``call`` makes none of them."""
+    kernels, calls = backend.kernels, []
+    originals = {name: getattr(kernels, name) for name in PROX_KERNELS if hasattr(kernels, name)}
+
+    def recorder(kernel):
+        def record(*args):
+            calls.append(partial(kernel, *args))
+            return kernel(*args)
+
+        return record
+
+    try:
+        for name, kernel in originals.items():
+            setattr(kernels, name, recorder(kernel))
+        call()
+    finally:
+        for name, kernel in originals.items():
+            setattr(kernels, name, kernel)
+    return calls[0] if calls else None
+
+
+def plain_normal_map_soft(Z, G, C, z_ref, x_ref, lr, gamma, tau, Z_out, X_out) -> list:
+    """Zero-argument calls of the plain loops of the fused normal-map step with soft thresholding at
+    ``tau`` (``L1(tau / gamma).normal_map_step``), rows or columns in the parallel loop."""
+    from fedopt.kernels.cpu import plain
+
+    scalar = Z.dtype.type
+    args = (Z, G, C, z_ref, x_ref, scalar(lr), scalar(1.0 / gamma), scalar(tau), Z_out, X_out)
+    return [partial(loop, *args) for loop in (*plain.normal_map_soft_rows, *plain.normal_map_soft_columns)]
 
 
 def _mlp_flops(n, b, d, h, k=CLASSES) -> float:
@@ -419,14 +567,16 @@ def import_seconds(modules=("numpy", "scipy.sparse", "numba", "sklearn", "fedopt
 
 # -------------------------------------------------------------------------------------- reporting
 HEADER = f"{'family':9s} {'name':24s} {'shape':32s} {'dtype':8s} {'time':>10s} {'rate':>16s} {'floor':>20s} " \
-         f"{'% floor':>8s}  peers"
+         f"{'% floor':>8s} {'kernel':>10s} {'plain':>10s} {'x plain':>8s}  peers"
 
 
 def format_row(row: Row) -> str:
     peers = ", ".join(f"{v['speedup']:.1f}x {k}" for k, v in row.peers.items())
+    plain = "" if math.isnan(row.plain_seconds) else (
+        f"{_fmt_time(row.kernel_seconds):>10s} {_fmt_time(row.plain_seconds):>10s} {row.over_plain:8.2f}")
     return (f"{row.family:9s} {row.name:24s} {row.shape:32s} {row.dtype:8s} {_fmt_time(row.seconds):>10s} "
             f"{row.rate:9.2f} {row.unit:6s} {row.floor:>5s} {row.floor_rate:8.2f} {row.unit:6s} "
-            f"{100 * row.ratio:7.0f}%  {peers}").rstrip()
+            f"{100 * row.ratio:7.0f}% {plain:30s}  {peers}").rstrip()
 
 
 def _fmt_time(seconds: float) -> str:
@@ -477,7 +627,8 @@ def main(backend="numba", quick=False, dtypes=DTYPES, clients=None, families=Non
           f"{info['numpy']}, numba {info['numba']} ({info['numba_threads']} threads){', quick' if quick else ''}",
           file=stream)
     print("time = best single call after a warm-up; floor = same-process copy (GB/s) or batched GEMM (GFLOP/s); "
-          "peers = their time over fedopt's", file=stream)
+          "kernel = the backend kernel call alone; plain = the plainest Numba loop of the same operation; "
+          "x plain = kernel / plain; peers = their time over fedopt's", file=stream)
     print(HEADER, file=stream, flush=True)
     rows = suite.run()
     if json_path:
@@ -485,5 +636,6 @@ def main(backend="numba", quick=False, dtypes=DTYPES, clients=None, families=Non
     return rows
 
 
-__all__ = ["DTYPES", "METHODS", "SHAPES", "Row", "Suite", "Timer", "format_row", "import_seconds", "load_peers",
-           "machine", "main", "round_on_rows", "startup_seconds", "write_json"]
+__all__ = ["DTYPES", "FAMILIES", "METHODS", "SHAPES", "Row", "Suite", "Timer", "capture_kernel_call", "format_row",
+           "import_seconds", "load_peers", "machine", "main", "plain_mix", "plain_normal_map_soft", "plain_prox",
+           "round_on_rows", "startup_seconds", "write_json"]

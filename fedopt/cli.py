@@ -493,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--backend", default="auto", choices=backends)
     bench.add_argument("--dtype", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     bench.add_argument("--clients", type=int, nargs="+", metavar="N", help="numbers of clients (default 100)")
-    bench.add_argument("--family", nargs="+", choices=["prox", "gradient", "round"], help="only these families")
+    bench.add_argument("--family", nargs="+", choices=["prox", "gossip", "gradient", "round"],
+                       help="only these families")
     bench.add_argument("--peers", action="store_true",
                        help="also time the peers of bench/peers/ (a source checkout) on the FedNMap rounds")
     bench.add_argument("--list", action="store_true", help="list the pytest-benchmark files instead")

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from peers import flower_fedavg, numpy_fednmap, torch_fednmap  # noqa: E402
 
 FIELDS = {"family", "name", "shape", "dtype", "backend", "seconds", "work", "unit", "rate", "floor", "floor_rate",
-          "ratio", "peers"}
+          "ratio", "peers", "kernel_seconds", "plain_seconds"}
 
 
 @pytest.mark.slow
@@ -37,7 +37,14 @@ def test_quick_bench_writes_rows_with_positive_finite_ratios(tmp_path, capsys):
     document = json.loads(out.read_text())
     rows = document["rows"]
     assert document["backend"] == "numba" and document["quick"] and document["machine"]["cpu_count"] >= 1
-    assert {row["family"] for row in rows} == {"prox", "gradient", "round"}
+    assert {row["family"] for row in rows} == set(bench.FAMILIES)
+    measured = {(row["name"], row["shape"]) for row in rows if row["family"] == "prox"}
+    for shape in ("n=1 p=1000", "n=100 p=10", "n=1 p=100000", "n=100 p=1000"):  # both layouts of both quick sizes
+        for name in ("l1", "mcp", "scad", "box", "l2ball", "simplex", "l1ball", "group10", "normal-map-step-l1"):
+            assert (name, shape) in measured
+    for row in rows:  # every prox and gossip row is held to a plain loop checked against it
+        if row["family"] in ("prox", "gossip"):
+            assert row["kernel_seconds"] > 0 and row["plain_seconds"] > 0, row["name"]
     names = {row["name"] for row in rows}
     for method in bench.METHODS:
         assert f"{method}-logistic-l1" in names and f"{method}-mlp-h32-l1" in names

@@ -34,8 +34,9 @@ def make_regularizers(p):
     }
 
 
-SHAPES = [(7,), (8,), (3, 7), (2, 8), (1, 33)]
-LARGE_SHAPES = [(1, 200_001), (3, 50_000)]  # parallel kernels; simplex chunks merged
+# (1501, 7): tiles of several short rows, the last one partial
+SHAPES = [(7,), (8,), (3, 7), (2, 8), (1, 33), (1501, 7)]
+LARGE_SHAPES = [(1, 200_001), (3, 50_000), (20_001, 8)]  # parallel kernels; simplex chunks merged
 DTYPES = [np.float64, np.float32]
 NAMES = list(make_regularizers(P))
 
@@ -88,7 +89,7 @@ def test_nuclear_matches_reference(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
-@pytest.mark.parametrize("shape", [(7,), (3, 8), (4, 50_001)], ids=str)
+@pytest.mark.parametrize("shape", [(7,), (3, 8), (1501, 7), (4, 50_001), (20_001, 8)], ids=str)
 @pytest.mark.parametrize("with_correction", [False, True], ids=["no_c", "c"])
 @pytest.mark.parametrize("name", ["zero", "l1_weighted", "elasticnet", "box_vector", "mcp", "scad", "group_permuted",
                                   "simplex"])

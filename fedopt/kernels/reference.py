@@ -311,6 +311,25 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     return P, NU, MU, Y, G
 
 
+def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, node_scale, gamma, alpha, beta, nesterov,
+                       tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+    """:func:`tracking_steps` for the MLP of :func:`mlp_oracle`."""
+    G_new = np.empty_like(P)
+    gamma, alpha, beta = (_per_row(v, P.dtype) for v in (gamma, alpha, beta))
+    for step in range(rows.shape[0]):
+        if nesterov:
+            MU[...] = (MU - Y) * gamma + Y
+            NU[...] = MU * gamma + Y * (1 - gamma)
+        else:
+            NU[...] = (NU - Y) * gamma + Y
+        P[...] = _prox_rows(P - NU * alpha, prox_kind, theta, w)
+        mlp_oracle(X, y, offsets, P, rows[step], n_hidden, n_classes, scale, np.empty(0, P.dtype), G_new)
+        G_new *= node_scale[:, None].astype(P.dtype)
+        Y[...] = Y + (G_new - G) * beta if tracking else G_new
+        G[...] = G_new
+    return P, NU, MU, Y, G
+
+
 def minibatch_rows(u, sizes, starts):
     """Global row indices ``starts[i] + floor(u[..., i, j] * sizes[i])`` of uniform draws ``u`` in
     ``[0, 1)`` of shape ``(..., n, b)``: client ``i``'s rows are ``starts[i] .. starts[i] + sizes[i] - 1``."""

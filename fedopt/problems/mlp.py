@@ -75,6 +75,17 @@ class MLP(Problem):
                prox_kind, thetas, w, Z, P)
         return True
 
+    def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
+                             P, NU, MU, Y, G) -> bool:
+        """DEPOSITUM's iterations without gossip in one ``tracking_steps_mlp`` call where the backend
+        has that kernel (the CPU)."""
+        kernel = getattr(self.backend.kernels, "tracking_steps_mlp", None)
+        if kernel is None:
+            return False
+        kernel(self._X, self._y, self._offsets, rows, self.hidden, self.n_classes, self.dataset.scale, node_scale,
+               gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)
+        return True
+
     def decision_function(self, x, X=None):
         """Output-layer scores ``O``, shape ``(m, n_classes)``."""
         W1, b1, W2, b2 = self.unpack(self._vector(x))

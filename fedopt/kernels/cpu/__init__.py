@@ -13,7 +13,8 @@ import functools
 import numba
 import numpy as np
 
-from fedopt.kernels import KERNEL_NAMES, client_bounds
+from fedopt.kernels import CLIP_VECTOR, KERNEL_NAMES, SOFT_WEIGHTED, client_bounds
+from fedopt.kernels.cpu import _jit
 from fedopt.kernels.cpu import elementwise as _elementwise
 from fedopt.kernels.cpu import mlp as _mlp
 from fedopt.kernels.cpu import models as _models
@@ -26,12 +27,19 @@ from fedopt.kernels.cpu.rows import project_l1_ball, project_l2_ball, project_si
 # LAPACK does the SVD: the batched NumPy call is already the fast path (no hand-written SVD).
 from fedopt.kernels.reference import prox_nuclear  # noqa: F401
 
-__all__ = [*KERNEL_NAMES, "local_steps_linear", "local_steps_mlp", "mix_sparse", "tracking_steps"]
+__all__ = [*KERNEL_NAMES, "local_steps_linear", "local_steps_mlp", "mix_sparse", "tracking_steps",
+           "tracking_steps_mlp"]
+
+#: Separable proxes whose parameters differ by column: the only ones that need the rows.
+_COLUMN_KINDS = (SOFT_WEIGHTED, CLIP_VECTOR)
 
 
 def prox_elementwise(z, kind, theta, w, out):
     """Separable prox of code ``kind``, e.g. SOFT: ``out = theta[1] * sign(z) * max(|z| - theta[0], 0)``."""
-    _elementwise.prox_elementwise_kernel(z.size, z, kind, theta.astype(z.dtype), w, out)
+    work, flat = z.size, out
+    if z.shape[0] > 1 and kind not in _COLUMN_KINDS:  # C-contiguous rows are one long row: no short-row tails
+        z, flat = z.reshape(1, work), out.reshape(1, work)
+    _elementwise.prox_elementwise_kernel(work, z, kind, theta.astype(z.dtype), w, flat, _tile_columns(work))
     return out
 
 
@@ -45,8 +53,13 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, in one pass."""
     eta, inv_gamma = z.dtype.type(eta), z.dtype.type(inv_gamma)  # float32 data stays in float32
     _elementwise.normal_map_kernel(z.size, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta.astype(z.dtype), w,
-                                   z_out, x_out)
+                                   z_out, x_out, _tile_columns(z.size))
     return z_out, x_out
+
+
+def _tile_columns(work):
+    """Elements per tile of an element-wise kernel call of ``work`` elements, on the threads it runs on."""
+    return _elementwise.tile_columns(work, _jit.threads(work))
 
 
 def _model_arrays(X, W):
@@ -60,7 +73,7 @@ def _model_arrays(X, W):
 #: fixed cost counted as 100 elements) when there are 8 clients or more: its fork and join cost
 #: about 6 us. Fewer clients leave the threads unbalanced on small passes, so they keep the
 #: element-wise kernels' threshold (measured on 2 cores, serial against parallel per shape).
-_ROW_WORK_SCALE = 8  # 8 * 16 384 = PARALLEL_MIN_WORK
+_ROW_WORK_SCALE = 4  # 4 * 16 384 = PARALLEL_MIN_WORK
 _PER_CLIENT_WORK = 100
 _MIN_BALANCED_CLIENTS = 8
 
@@ -155,6 +168,22 @@ def local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox
                                     rows, n_hidden, n_classes, dtype.type(scale), D, _per_row(lr, dtype, len(Z)),
                                     prox_kind, _per_row_thetas(thetas, dtype, len(Z)), w, Z, P)
     return Z, P
+
+
+def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, node_scale, gamma, alpha, beta, nesterov,
+                       tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+    """DEPOSITUM's local iterations of every node for the MLP in one call: :func:`tracking_steps`
+    with the model of :func:`mlp_oracle`."""
+    dtype, n = P.dtype, len(P)  # float32 state stays in float32
+    gamma = np.asarray(gamma)
+    with _one_blas_thread():
+        _mlp.tracking_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y,
+                                       *client_bounds(offsets), rows, n_hidden, n_classes, dtype.type(scale),
+                                       node_scale.astype(dtype), _per_row(gamma, dtype, n),
+                                       _per_row(1 - gamma, dtype, n), _per_row(alpha, dtype, n),
+                                       _per_row(beta, dtype, n), nesterov, tracking, prox_kind,
+                                       theta.astype(dtype).reshape(-1, theta.shape[-1]), w, P, NU, MU, Y, G)
+    return P, NU, MU, Y, G
 
 
 def _one_blas_thread():

@@ -299,6 +299,35 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows
             _prox_block(prox_kind, theta[step], w, Z, i, 0, p, P)
 
 
+@function(fastmath=REDUCTION_MATH)
+def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x):
+    """DEPOSITUM's momentum of one node, then ``x -= alpha nu`` (the prox follows): Polyak
+    ``nu = gamma nu + (1 - gamma) y``, or Nesterov ``mu = gamma mu + (1 - gamma) y``,
+    ``nu = gamma mu + (1 - gamma) y``."""
+    if nesterov:
+        for j in range(x.shape[0]):
+            mu[j] = (mu[j] - tracker[j]) * gamma + tracker[j]
+            nu[j] = mu[j] * gamma + tracker[j] * one_minus_gamma
+    else:
+        for j in range(x.shape[0]):
+            nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
+    for j in range(x.shape[0]):
+        x[j] -= nu[j] * alpha
+
+
+@function(fastmath=REDUCTION_MATH)
+def _track(g, factor, tracking, beta, tracker, last):
+    """Gradient tracking of one node with its fresh gradient ``factor * g``: ``y += beta (g_new - g)``,
+    or ``y = g_new`` for the ablation without tracking; ``last`` becomes ``g_new``."""
+    for j in range(g.shape[0]):
+        fresh = g[j] * factor
+        if tracking:
+            tracker[j] += (fresh - last[j]) * beta
+        else:
+            tracker[j] = fresh
+        last[j] = fresh
+
+
 @kernel(fastmath=REDUCTION_MATH)
 def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows, kind, n_out, scale,
                           fit_intercept, node_scale, gammas, one_minus_gammas, alphas, betas, nesterov, tracking,
@@ -319,23 +348,8 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
         x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
         factor = node_scale[node]
         for step in range(rows.shape[0]):
-            if nesterov:  # mu = gamma mu + (1 - gamma) y; nu = gamma mu + (1 - gamma) y
-                mu = MU[node]
-                for j in range(p):
-                    mu[j] = (mu[j] - tracker[j]) * gamma + tracker[j]
-                    nu[j] = mu[j] * gamma + tracker[j] * one_minus_gamma
-            else:  # nu = gamma nu + (1 - gamma) y
-                for j in range(p):
-                    nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
-            for j in range(p):
-                x[j] -= nu[j] * alpha
+            _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
             _prox_block(prox_kind, prox_theta, w, P, node, 0, p, P)
             _client_pass(X, data, indices, indptr, dense, d, y, rows[step, node], first, count, x, kind, n_out, scale,
                          fit_intercept, M, g, False, True)
-            for j in range(p):
-                fresh = g[j] * factor
-                if tracking:  # y += beta (g_new - g)
-                    tracker[j] += (fresh - last[j]) * beta
-                else:  # the ablation: y = g_new, the momentum reads g
-                    tracker[j] = fresh
-                last[j] = fresh
+            _track(g, factor, tracking, beta, tracker, last)
