@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import platform
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -145,3 +146,30 @@ def backend_for(array, backend: str | Backend | None = None) -> Backend:
 def available() -> list[str]:
     """Names of the backends that work on this machine (``"auto"`` excluded)."""
     return ["numpy", "numba"] + (["gpu"] if gpu_available() else [])
+
+
+# ---------------------------------------------------------------------------- the host's CPU
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def host_cpu_name() -> str | None:
+    """The CPU the compiled kernels are tuned for (``llvmlite.binding.get_host_cpu_name()``, e.g.
+    ``znver4``): the same code can run 3-10x apart on two x86 generations."""
+    try:
+        import llvmlite.binding as llvm
+
+        return llvm.get_host_cpu_name()
+    except Exception:  # llvmlite missing or unusable: the CPU model still says what ran
+        return None
+

@@ -368,7 +368,7 @@ class Suite:
         for name in METHODS:
             algorithm = method(name, Q, b)
             state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
-            seconds = self.timer.best(partial(algorithm.round, state), calls=2 if self.quick else 5)
+            seconds = self.timer.best(partial(algorithm.round, state), calls=5)
             peers = self.peer_times(problem, algorithm, state, seconds) if name == "fednmap" else {}
             self.add(Row.make("round", f"{name}-mlp-h{h}-l1", self.label(shape_name, d, n, b, Q), dtype,
                               self.backend.name, seconds, Q * _mlp_flops(n, b, d, h), "GFLOP/s", "GEMM", floor, peers))
@@ -590,7 +590,9 @@ def machine() -> dict:
     """What the figures depend on: the host, the library versions and the thread count."""
     import numba
 
-    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+    from fedopt._backend import cpu_model, host_cpu_name
+
+    info = {"platform": platform.platform(), "processor": cpu_model(), "host_cpu": host_cpu_name(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
             "numba": numba.__version__, "numba_threads": numba.get_num_threads()}
     if "cupy" in sys.modules:
@@ -623,7 +625,8 @@ def main(backend="numba", quick=False, dtypes=DTYPES, clients=None, families=Non
     suite = Suite(backend, quick, dtypes, clients, families, peers, stream)
     info = machine()
     where = f"{info['gpu']}, " if "gpu" in info else ""
-    print(f"fedopt bench on {suite.backend.name}: {where}{info['processor']}, {info['cpu_count']} cores, numpy "
+    print(f"fedopt bench on {suite.backend.name}: {where}{info['processor']} ({info['host_cpu']}), "
+          f"{info['cpu_count']} cores, numpy "
           f"{info['numpy']}, numba {info['numba']} ({info['numba_threads']} threads){', quick' if quick else ''}",
           file=stream)
     print("time = best single call after a warm-up; floor = same-process copy (GB/s) or batched GEMM (GFLOP/s); "

@@ -50,7 +50,7 @@ def test_separable_prox_loops_are_vectorized(name, dtype):
 def test_normal_map_step_loop_is_vectorized():
     z = np.ones((2, 32))
     step = numba.njit(cache=False, error_model="numpy")(elementwise._step_rows.py_func)  # a fresh, uncached copy
-    step(z, z, z, z[0], z[0], 0.1, 2.0, 0, 2, 0, 32, np.empty_like(z))
+    step(z, z, z, z[0], z[0], 0.1, 2.0, 0, 2, 0, 32, np.empty_like(z), True, np.array([0.5, 1.0]), np.empty_like(z))
     assembly = "\n".join(step.inspect_asm().values())
     assert PACKED.search(assembly), "the normal-map step compiled without packed arithmetic"
 

@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from fedopt._backend import cpu_model, host_cpu_name
+
 SCHEMA_VERSION = 2
 STATUSES = ("done", "diverged", "failed")
 FINAL_COLUMNS = ("stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
@@ -115,7 +117,7 @@ def provenance() -> dict:
     import fedopt
 
     return {"fedopt_version": getattr(fedopt, "__version__", None), "commit": _commit(), "host": socket.gethostname(),
-            "machine": _machine(), "cpu_name": _cpu_name(), "python": platform.python_version(),
+            "machine": cpu_model(), "cpu_name": host_cpu_name(), "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -156,28 +158,6 @@ def _commit() -> str | None:
 
 def _is_sha(text: str) -> bool:
     return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
-
-
-@functools.lru_cache(maxsize=1)
-def _machine() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_name() -> str | None:
-    try:
-        import llvmlite.binding as llvm
-
-        return llvm.get_host_cpu_name()
-    except Exception:  # llvmlite missing or unusable: the CPU model above still says what ran
-        return None
 
 
 # ------------------------------------------------------------------------------------------ helpers

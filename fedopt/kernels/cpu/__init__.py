@@ -39,7 +39,9 @@ def prox_elementwise(z, kind, theta, w, out):
     work, flat = z.size, out
     if z.shape[0] > 1 and kind not in _COLUMN_KINDS:  # C-contiguous rows are one long row: no short-row tails
         z, flat = z.reshape(1, work), out.reshape(1, work)
-    _elementwise.prox_elementwise_kernel(work, z, kind, theta.astype(z.dtype), w, flat, _tile_columns(work))
+    n_threads = _jit.threads(work)
+    _elementwise.prox_elementwise_kernel.on(n_threads, z, kind, theta.astype(z.dtype, copy=False), w, flat,
+                                            _elementwise.tile_columns(work, n_threads))
     return out
 
 
@@ -52,14 +54,10 @@ def prox_group(z, starts, order, tau, scale, out):
 def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out):
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, in one pass."""
     eta, inv_gamma = z.dtype.type(eta), z.dtype.type(inv_gamma)  # float32 data stays in float32
-    _elementwise.normal_map_kernel(z.size, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta.astype(z.dtype), w,
-                                   z_out, x_out, _tile_columns(z.size))
+    n_threads = _jit.threads(z.size)
+    _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta.astype(z.dtype),
+                                      w, z_out, x_out, _elementwise.tile_columns(z.size, n_threads))
     return z_out, x_out
-
-
-def _tile_columns(work):
-    """Elements per tile of an element-wise kernel call of ``work`` elements, on the threads it runs on."""
-    return _elementwise.tile_columns(work, _jit.threads(work))
 
 
 def _model_arrays(X, W):

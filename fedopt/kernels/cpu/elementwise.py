@@ -16,8 +16,9 @@ from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, MCP, SCAD, SOFT, SOFT_WE
 from fedopt.kernels.cpu._jit import function, inline, kernel
 
 #: Elements per task: 128 KiB of float64, so a normal-map tile is still in the L2 cache when the
-#: prox reads it back, and large enough that the cost of entering a tile (about 40 ns) stays
-#: near 1 % (4096 left float32 at 1e5 elements 1.4x slower than a plain loop).
+#: prox reads it back, and large enough that the cost of entering a tile (about 50 ns, see
+#: :func:`_prox_tile`) stays near 1 % (4096 left float32 at 1e5 elements 1.4x slower than a
+#: plain loop).
 BLOCK = 16384
 #: The smallest tile when a call is split for balance between threads.
 MIN_BLOCK = 2048
@@ -43,8 +44,10 @@ def _prox_tile(kind, theta, w, src, i0, i1, j0, j1, dst):
     comparisons are arranged so that a NaN input falls through to a NaN output. The loops run
     over slices from index 0: an index from ``range(j0, j1)`` may be negative as far as the
     compiler knows, and the wraparound select that Numba then adds kept the loops scalar (10x
-    slower on AVX-512). The branch on ``kind`` is taken once per tile, not once per row: entering
-    this function costs about 30 ns (100 rows of 10 took 5x a plain loop one row at a time).
+    slower on AVX-512). Entering this function costs about 50 ns: in a body this large Numba's
+    reference counting of the array arguments (atomic operations) is not pruned away. So the
+    branch on ``kind`` is taken once per tile, not once per row (100 rows of 10 one at a time
+    took 5x a plain loop).
     """
     if kind == SOFT:
         tau, scale = theta[0], theta[1]
@@ -104,7 +107,7 @@ def _prox_tile(kind, theta, w, src, i0, i1, j0, j1, dst):
 
 @inline
 def _prox_block(kind, theta, w, src, i, j0, j1, dst):
-    """``dst[i, j0:j1] = prox(src[i, j0:j1])``: one row of :func:`_prox_tile`."""
+    """``dst[i, j0:j1] = prox(src[i, j0:j1])``: one row of :func:`_prox_tile` (about 50 ns a call)."""
     _prox_tile(kind, theta, w, src, i, i + 1, j0, j1, dst)
 
 
@@ -146,14 +149,30 @@ def prox_elementwise_kernel(z, kind, theta, w, out, columns):
 
 
 @function
-def _step_rows(z, g, c, z_ref, x_ref, eta, inv_gamma, i0, i1, j0, j1, z_out):
-    """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)`` on ``[i0:i1, j0:j1]`` (``c`` may be empty).
+def _step_rows(z, g, c, z_ref, x_ref, eta, inv_gamma, i0, i1, j0, j1, z_out, soft, theta, x_out):
+    """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)`` on ``[i0:i1, j0:j1]`` (``c`` may be
+    empty); with ``soft``, also ``x_out = theta[1] * soft(z_out, theta[0])`` in the same pass.
 
-    The test on ``c`` sits outside the row loops: inside, it made every short row 4x slower
-    (100 rows of 10: 5.0 against 1.3 us).
+    The tests on ``c`` and ``soft`` sit outside the row loops: a test inside made every short row
+    4x slower (100 rows of 10: 5.0 against 1.3 us).
     """
     zr, xr = z_ref[j0:j1], x_ref[j0:j1]  # slices from 0: see _prox_tile
-    if c.shape[0] > 0:
+    tau, scale = theta[0], theta[1]
+    if c.shape[0] > 0 and soft:
+        for i in range(i0, i1):
+            zi, gi, ci, zo, xo = z[i, j0:j1], g[i, j0:j1], c[i, j0:j1], z_out[i, j0:j1], x_out[i, j0:j1]
+            for j in range(zi.shape[0]):
+                v = zi[j] - eta * (gi[j] + (zr[j] - xr[j]) * inv_gamma + ci[j])
+                zo[j] = v
+                xo[j] = scale * _soft(v, tau)
+    elif soft:
+        for i in range(i0, i1):
+            zi, gi, zo, xo = z[i, j0:j1], g[i, j0:j1], z_out[i, j0:j1], x_out[i, j0:j1]
+            for j in range(zi.shape[0]):
+                v = zi[j] - eta * (gi[j] + (zr[j] - xr[j]) * inv_gamma)
+                zo[j] = v
+                xo[j] = scale * _soft(v, tau)
+    elif c.shape[0] > 0:
         for i in range(i0, i1):
             zi, gi, ci, zo = z[i, j0:j1], g[i, j0:j1], c[i, j0:j1], z_out[i, j0:j1]
             for j in range(zi.shape[0]):
@@ -168,10 +187,12 @@ def _step_rows(z, g, c, z_ref, x_ref, eta, inv_gamma, i0, i1, j0, j1, z_out):
 @kernel
 def normal_map_kernel(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out, columns):
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, tile by tile
-    (about ``columns`` elements each, :func:`tile_columns`)."""
+    (about ``columns`` elements each, :func:`tile_columns`); soft-thresholding (l1) in the same pass."""
     n, p = z.shape
+    soft = kind == SOFT
     row_tiles, column_tiles, rows_per_tile = _tiles(n, p, columns)
     for task in prange(row_tiles * column_tiles):
         i0, i1, j0, j1 = _tile(task, n, p, column_tiles, rows_per_tile, columns)
-        _step_rows(z, g, c, z_ref, x_ref, eta, inv_gamma, i0, i1, j0, j1, z_out)
-        _prox_tile(kind, theta, w, z_out, i0, i1, j0, j1, x_out)
+        _step_rows(z, g, c, z_ref, x_ref, eta, inv_gamma, i0, i1, j0, j1, z_out, soft, theta, x_out)
+        if not soft:
+            _prox_tile(kind, theta, w, z_out, i0, i1, j0, j1, x_out)
