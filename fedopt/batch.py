@@ -35,7 +35,7 @@ from fedopt import algorithms
 from fedopt.algorithms.base import Algorithm, Env, Start, State
 from fedopt.kernels.cpu.sampling import minibatch_rows
 from fedopt.metrics import evaluate_runs
-from fedopt.run import COLUMNS, History, Result, check_run_arguments, divergence_error
+from fedopt.run import History, Result, check_run_arguments, divergence_error, history_columns
 
 
 class BatchSplitWarning(UserWarning):
@@ -410,8 +410,6 @@ class _Batch:
         count, backend = len(methods), problems[0].backend
         self.xp, self.dtype = backend.xp, problems[0].dtype
         self.method = type(methods[0]).stack(methods, self.xp, self.dtype)
-        self.columns = COLUMNS + tuple(c for c in self.method.extra_columns if c not in COLUMNS)
-        self.histories = [History(self.columns) for _ in range(count)]
         self.results: list[Result | None] = [None] * count
         self.active = list(range(count))  # the runs still in the batch, by position
         self.seconds = np.zeros(count)
@@ -425,6 +423,8 @@ class _Batch:
                   [np.random.default_rng(seed) for seed in seeds])
         self.gamma = self._per_run_value(gammas)
         self.state = self.method.init(env.problem, env.regularizer, env.rng, start)
+        self.columns = history_columns(self.method, self.state)  # those of fedopt.run
+        self.histories = [History(self.columns) for _ in range(count)]
 
     def _per_run_value(self, values):
         return values[0] if len(set(values)) == 1 else self.xp.asarray(values, dtype=self.dtype).reshape(-1, 1, 1)

@@ -31,33 +31,34 @@ def hoyer(x) -> float:
 def evaluate(problem, regularizer, x, z=None, gamma: float = 1.0) -> dict:
     """The history's model columns at ``x`` (and ``z`` for normal-map methods).
 
-    ``stationarity = ||F_nat(x)||^2`` and ``normal_map = ||F_nor(z)||^2`` (NaN without ``z``)
-    use the prox parameter ``gamma``; ``objective = f(x) + phi(x)``; ``test_accuracy`` on the
-    test split (the training set without one; NaN for regression); ``nnz`` and ``hoyer`` of x.
+    ``stationarity = ||F_nat(x)||^2`` and ``normal_map = ||F_nor(z)||^2`` use the prox parameter
+    ``gamma``; ``normal_map`` is left out without ``z`` (a method with no pre-prox point has no
+    such column); ``objective = f(x) + phi(x)``; ``test_accuracy`` on the test split (the
+    training set without one; NaN for regression); ``nnz`` and ``hoyer`` of x.
     """
     loss, grad = problem.loss_grad(x)
     xp = problem.backend.xp
     residual = natural_map(problem, regularizer, x, gamma, grad)
-    normal = math.nan
-    if z is not None:
-        prox_z = regularizer.prox(z, gamma)
-        grad_z = grad if bool(xp.array_equal(prox_z, x)) else problem.grad(prox_z)
-        normal = float(xp.sum((grad_z + (z - prox_z) / gamma) ** 2))
     host = problem.backend.to_numpy(x)
-    return {
+    row = {
         "stationarity": float(xp.sum(residual**2)),
-        "normal_map": normal,
         "objective": loss + float(regularizer.value(x)),
         "test_accuracy": problem.accuracy(x) if problem.is_classifier else math.nan,
         "nnz": int(np.count_nonzero(host)),
         "hoyer": hoyer(host),
     }
+    if z is not None:
+        prox_z = regularizer.prox(z, gamma)
+        grad_z = grad if bool(xp.array_equal(prox_z, x)) else problem.grad(prox_z)
+        row["normal_map"] = float(xp.sum((grad_z + (z - prox_z) / gamma) ** 2))
+    return row
 
 
 def evaluate_runs(problem, regularizer, X, Z=None, gamma=1.0) -> list[dict]:
     """:func:`evaluate` for every run of a batch (:mod:`fedopt.batch`): ``X`` and ``Z`` are the runs'
     ``(R, 1, p)`` server points, ``problem`` and ``regularizer`` the batch's, ``gamma`` a float or
-    an ``(R, 1, 1)`` array. One oracle pass over all runs' clients; the sums are per run."""
+    an ``(R, 1, 1)`` array. One oracle pass over all runs' clients; the sums are per run. Without
+    ``Z`` the rows have no ``normal_map``, as in :func:`evaluate`."""
     count = X.shape[0]
     losses, grad = problem.loss_grad(X)
     xp = problem.backend.xp
@@ -66,18 +67,18 @@ def evaluate_runs(problem, regularizer, X, Z=None, gamma=1.0) -> list[dict]:
         return problem.backend.to_numpy((A**2).reshape(count, -1).sum(axis=1))
 
     stationarity = per_run_sum(natural_map(problem, regularizer, X, gamma, grad))
-    normal = np.full(count, math.nan)
-    if Z is not None:
-        prox_z = regularizer.prox(Z, gamma)
-        grad_z = grad if bool(xp.array_equal(prox_z, X)) else problem.grad(prox_z)
-        normal = per_run_sum(grad_z + (Z - prox_z) / gamma)
     values = regularizer.value(X)
     host = problem.backend.to_numpy(X).reshape(count, -1)
-    return [{
+    rows = [{
         "stationarity": float(stationarity[r]),
-        "normal_map": float(normal[r]),
         "objective": losses[r] + values[r],
         "test_accuracy": problem.problems[r].accuracy(X[r, 0]) if problem.problem.is_classifier else math.nan,
         "nnz": int(np.count_nonzero(host[r])),
         "hoyer": hoyer(host[r]),
     } for r in range(count)]
+    if Z is not None:
+        prox_z = regularizer.prox(Z, gamma)
+        grad_z = grad if bool(xp.array_equal(prox_z, X)) else problem.grad(prox_z)
+        for row, normal in zip(rows, per_run_sum(grad_z + (Z - prox_z) / gamma), strict=True):
+            row["normal_map"] = float(normal)
+    return rows

@@ -24,14 +24,33 @@ from fedopt.algorithms.base import Algorithm, Start, State
 
 COLUMNS = ("round", "stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
            "prox_evals", "floats_up", "floats_down", "seconds")
+#: The columns of :data:`COLUMNS` measured at the pre-prox server point ``z``: only the runs of
+#: methods that keep one (``state.z``, the normal-map methods) record them.
+PRE_PROX_COLUMNS = ("normal_map",)
+#: The columns of the last row that ``repr(result)`` shows (``test_accuracy`` only where defined).
+SUMMARY_COLUMNS = ("objective", "stationarity", "test_accuracy")
+
+
+def history_columns(method: Algorithm, state: State) -> tuple[str, ...]:
+    """The history columns of a run of ``method`` from ``state`` (its initial state): :data:`COLUMNS`,
+    without :data:`PRE_PROX_COLUMNS` when the state has no pre-prox point ``z`` (they would be NaN by
+    construction: decentralized methods, VI methods, FedAvg, ...), then the method's ``extra_columns``."""
+    base = tuple(c for c in COLUMNS if state.z is not None or c not in PRE_PROX_COLUMNS)
+    return base + tuple(c for c in method.extra_columns if c not in base)
 
 
 class History:
     """The recorded rows of a run, one per evaluation; ``history["stationarity"]`` is a NumPy column.
 
-    The columns are :data:`COLUMNS` followed by the method's ``extra_columns`` (the consensus
+    The columns are those of :func:`history_columns`: :data:`COLUMNS` (``normal_map`` only for
+    methods with a pre-prox point) followed by the method's ``extra_columns`` (the consensus
     error of decentralized methods, the gap measures of VI methods, ...). ``seconds`` is the
     training time up to the row: the time of the rounds, without the evaluations' own time.
+
+    Like a pandas DataFrame, a history is a table of named columns: ``"objective" in history``,
+    ``history.keys()`` and ``iter(history)`` (hence ``list(history)`` and ``dict(history)``) go
+    over the column names, while ``len(history)`` counts the rows. :meth:`to_pandas` makes the
+    DataFrame itself, :meth:`as_dict` a dict of NumPy columns.
     """
 
     def __init__(self, columns=COLUMNS):
@@ -43,6 +62,16 @@ class History:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def __contains__(self, column) -> bool:
+        return column in self.columns
+
+    def __iter__(self):
+        return iter(self.columns)
+
+    def keys(self) -> tuple[str, ...]:
+        """The column names, in order."""
+        return self.columns
 
     def __getitem__(self, column: str) -> np.ndarray:
         if column not in self.columns:
@@ -56,7 +85,7 @@ class History:
         return {name: self[name] for name in self.columns}
 
     def to_pandas(self):
-        """A pandas DataFrame of the rows (pandas is optional)."""
+        """A pandas DataFrame of the rows, one column per history column, in order (pandas is optional)."""
         try:
             import pandas as pd
         except ImportError as exc:
@@ -69,9 +98,14 @@ class History:
         return f"History({len(self)} rows{tail})"
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
-    """What :func:`run` returns: the final model ``x`` (NumPy), the ``history``, and how it was made."""
+    """What :func:`run` returns: the final model ``x`` (NumPy), the ``history``, and how it was made.
+
+    ``repr(result)`` is one short line, never the arrays: the method, the rounds done, the shape
+    and dtype of ``x``, the last row's :data:`SUMMARY_COLUMNS`, whether it converged and the
+    error's type and rule (``result.history`` holds every row).
+    """
 
     x: np.ndarray
     history: History
@@ -81,13 +115,29 @@ class Result:
     metric_gamma: float
     converged: bool = False
     #: None for a run that finished; else the :class:`DivergenceError` that stopped it, which
-    #: :func:`run` raises and :func:`fedopt.run_batch` returns here (its history kept).
+    #: :func:`run` raises (``error.result.error is error``) and :func:`fedopt.run_batch` returns
+    #: here (its history kept).
     error: DivergenceError | None = None
 
     @property
     def z(self) -> np.ndarray | None:
         """The final pre-prox server point of normal-map methods (None for the others)."""
         return None if self.state.z is None else self.state.env.problem.backend.to_numpy(self.state.z)
+
+    def _summary(self) -> dict[str, float]:
+        """The last row's :data:`SUMMARY_COLUMNS` that the run defines (``test_accuracy`` not when NaN)."""
+        last = self.history.last()
+        return {c: last[c] for c in SUMMARY_COLUMNS
+                if c in last and not (c == "test_accuracy" and math.isnan(last[c]))}
+
+    def __repr__(self) -> str:
+        x = f"array(shape={tuple(np.shape(self.x))}, {getattr(self.x, 'dtype', type(self.x).__name__)})"
+        final = "{" + ", ".join(f"{c!r}: {v:.4g}" for c, v in self._summary().items()) + "}"
+        error = self.error
+        if error is not None:
+            error = f"{type(error).__name__}(rule={getattr(error, 'rule', None)!r})"
+        return (f"Result(algorithm={self.algorithm.name!r}, rounds={self.state.round}, x={x}, final={final}, "
+                f"converged={self.converged}, error={error})")
 
 
 #: Evaluations in the second half of a run that the stall rule needs to call it still descending.
@@ -283,7 +333,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     start = Start.prox_of(regularizer, problem.backend.asarray(x0, dtype=problem.dtype), gamma)
     rng = np.random.default_rng(seed)
     state = method.init(problem, regularizer, rng, start)
-    history = History(COLUMNS + tuple(c for c in method.extra_columns if c not in COLUMNS))
+    history = History(history_columns(method, state))
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     clock = {"start": time.perf_counter(), "evaluating": 0.0}
 
@@ -347,7 +397,8 @@ def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, 
 
 
 def divergence_error(name: str, what: str, kind: str, result: Result) -> DivergenceError:
-    """The error that stops run ``result`` of method ``name``: ``what`` happened, by check ``kind``."""
+    """The error that stops run ``result`` of method ``name`` (``what`` happened, by check ``kind``),
+    also set as ``result.error``."""
     if kind == "nonfinite":
         advice = "error.result holds the history up to the last finite round."
     else:
@@ -358,7 +409,9 @@ def divergence_error(name: str, what: str, kind: str, result: Result) -> Diverge
         verdict, fix = STALLED, "change the step sizes (too large oscillates, too small crawls), run more rounds"
     else:
         verdict, fix = "diverged", "reduce the step sizes (lr_local, lr_server)"
-    return DivergenceError(f"{name} {verdict}: {what}. To fix it, {fix} or check the data; {advice}", result, kind)
+    error = DivergenceError(f"{name} {verdict}: {what}. To fix it, {fix} or check the data; {advice}", result, kind)
+    result.error = error
+    return error
 
 
 def _count(name, value, minimum):
@@ -367,4 +420,5 @@ def _count(name, value, minimum):
     return int(value)
 
 
-__all__ = ["COLUMNS", "STALLED", "Divergence", "DivergenceError", "History", "Result", "run"]
+__all__ = ["COLUMNS", "PRE_PROX_COLUMNS", "STALLED", "Divergence", "DivergenceError", "History", "Result",
+           "history_columns", "run"]

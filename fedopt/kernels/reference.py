@@ -295,25 +295,28 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     else ``y = g_new`` (the ablation's momentum reads g); ``G = g_new``. ``MU`` is ``(0, 0)`` without Nesterov.
     ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node; ``theta`` is ``(k,)`` or ``(n, k)``.
     """
-    G_new = np.empty_like(P)
-    gamma, alpha, beta = (_per_row(v, P.dtype) for v in (gamma, alpha, beta))
-    for step in range(rows.shape[0]):
-        if nesterov:
-            MU[...] = (MU - Y) * gamma + Y
-            NU[...] = MU * gamma + Y * (1 - gamma)
-        else:
-            NU[...] = (NU - Y) * gamma + Y
-        P[...] = _prox_rows(P - NU * alpha, prox_kind, theta, w)
-        linear_oracle(X, y, offsets, P, rows[step], kind, n_out, scale, fit_intercept, np.empty(0, P.dtype), G_new)
-        G_new *= node_scale[:, None].astype(P.dtype)
-        Y[...] = Y + (G_new - G) * beta if tracking else G_new
-        G[...] = G_new
-    return P, NU, MU, Y, G
+
+    def gradient(W, step_rows, out):
+        linear_oracle(X, y, offsets, W, step_rows, kind, n_out, scale, fit_intercept, np.empty(0, W.dtype), out)
+
+    return _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta,
+                                w, P, NU, MU, Y, G)
 
 
 def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, node_scale, gamma, alpha, beta, nesterov,
                        tracking, prox_kind, theta, w, P, NU, MU, Y, G):
     """:func:`tracking_steps` for the MLP of :func:`mlp_oracle`."""
+
+    def gradient(W, step_rows, out):
+        mlp_oracle(X, y, offsets, W, step_rows, n_hidden, n_classes, scale, np.empty(0, W.dtype), out)
+
+    return _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta,
+                                w, P, NU, MU, Y, G)
+
+
+def _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
+                         P, NU, MU, Y, G):
+    """The iterations of :func:`tracking_steps` with the model's ``gradient(W, rows, out)``."""
     G_new = np.empty_like(P)
     gamma, alpha, beta = (_per_row(v, P.dtype) for v in (gamma, alpha, beta))
     for step in range(rows.shape[0]):
@@ -323,7 +326,7 @@ def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, node_sca
         else:
             NU[...] = (NU - Y) * gamma + Y
         P[...] = _prox_rows(P - NU * alpha, prox_kind, theta, w)
-        mlp_oracle(X, y, offsets, P, rows[step], n_hidden, n_classes, scale, np.empty(0, P.dtype), G_new)
+        gradient(P, rows[step], G_new)
         G_new *= node_scale[:, None].astype(P.dtype)
         Y[...] = Y + (G_new - G) * beta if tracking else G_new
         G[...] = G_new

@@ -624,7 +624,8 @@ def _plot_curves(Figure, path, experiment, grid, points, y, x, log, footer):
     for i, (panel, entries) in enumerate(panels.items()):
         ax = fig.add_subplot(nrows, cols, i + 1)
         for point, runs in entries:
-            curves = [r["history"] for r in runs if r["status"] == "done" and r["history"]]
+            curves = [r["history"] for r in runs  # normal_map: only the runs of methods with a pre-prox point
+                      if r["status"] == "done" and r["history"] and x in r["history"] and y in r["history"]]
             if not curves:
                 continue
             length = min(len(c["round"]) for c in curves)

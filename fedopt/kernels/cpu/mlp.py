@@ -20,7 +20,7 @@ from numba import prange
 
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel
 from fedopt.kernels.cpu.elementwise import _prox_block
-from fedopt.kernels.cpu.models import _momentum_step, _row_thetas, _row_value, _track
+from fedopt.kernels.cpu.models import _momentum_step, _node_parameters, _row_thetas, _row_value, _track
 
 #: Rows per pass of a full local gradient: bounds the buffers (a client may hold all the data).
 CHUNK = 256
@@ -298,9 +298,8 @@ def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, scale, node_scale,
         node = np.int64(i)  # the parallel variant's loop index is unsigned
         first = starts[node]
         count = rows.shape[2] if rows.shape[2] > 0 else ends[node] - first
-        gamma, one_minus_gamma = _row_value(gammas, node), _row_value(one_minus_gammas, node)
-        alpha, beta = _row_value(alphas, node), _row_value(betas, node)
-        prox_theta = _row_value(theta, node)
+        gamma, one_minus_gamma, alpha, beta, prox_theta = _node_parameters(node, gammas, one_minus_gammas, alphas,
+                                                                           betas, theta)
         A, H, S, T, G1 = _buffers(count, X.shape[1], h, k, P[0])
         g = np.empty(p, dtype=P.dtype)
         x, nu, tracker, last = P[node], NU[node], Y[node], G[node]

@@ -299,6 +299,14 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows
             _prox_block(prox_kind, theta[step], w, Z, i, 0, p, P)
 
 
+@inline
+def _node_parameters(node, gammas, one_minus_gammas, alphas, betas, theta):
+    """Node ``node``'s ``(gamma, 1 - gamma, alpha, beta, prox parameters)`` of a tracking kernel's
+    arrays, which hold one value (row) or one per node."""
+    return (_row_value(gammas, node), _row_value(one_minus_gammas, node), _row_value(alphas, node),
+            _row_value(betas, node), _row_value(theta, node))
+
+
 @function(fastmath=REDUCTION_MATH)
 def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x):
     """DEPOSITUM's momentum of one node, then ``x -= alpha nu`` (the prox follows): Polyak
@@ -340,9 +348,8 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
         node = np.int64(i)  # the parallel variant's loop index is unsigned
         first = starts[node]
         count = rows.shape[2] if rows.shape[2] > 0 else ends[node] - first
-        gamma, one_minus_gamma = _row_value(gammas, node), _row_value(one_minus_gammas, node)
-        alpha, beta = _row_value(alphas, node), _row_value(betas, node)
-        prox_theta = _row_value(theta, node)
+        gamma, one_minus_gamma, alpha, beta, prox_theta = _node_parameters(node, gammas, one_minus_gammas, alphas,
+                                                                           betas, theta)
         M = np.empty(2 * n_out + 1, dtype=P.dtype)
         g = np.empty(p, dtype=P.dtype)
         x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
