@@ -284,7 +284,7 @@ def _same(backend, a, b) -> bool:
 
 def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds, backend=None, eval_every: int = 1,
               x0=None, metric_gamma=None, tol: float | None = None, progress: bool | None = None, divergence=True,
-              max_batch: int | None = None, callback=None, **hyperparameters) -> list[Result]:
+              max_batch: int | None = None, callback=None, stop=None, **hyperparameters) -> list[Result]:
     """Run ``len(seeds)`` runs of ``algorithm`` as one batch: result ``r`` is what :func:`fedopt.run`
     returns for ``seed=seeds[r]`` and the ``r``-th value of every argument given as a list.
 
@@ -301,7 +301,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     runs in it). A batch that would not fit in half the free memory (host RAM, or device memory for
     ``backend="gpu"``) runs as several smaller ones, with a :class:`BatchSplitWarning`;
     ``max_batch`` caps the runs computed together. ``callback(state, rows)``, when given, follows
-    every evaluation: the batch's state and the rows just recorded.
+    every evaluation: the batch's state and the rows just recorded. ``stop(state, row)`` is
+    :func:`fedopt.run`'s, called with each run's own state: True ends that run as converged.
 
     The VI methods batch on the games of :mod:`fedopt.problems.vi` (:class:`BatchVIProblem`).
     Methods whose rounds are not batched yet (Scaffnew with random step counts) raise ValueError
@@ -337,7 +338,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     for first in range(0, count, size):
         part = slice(first, first + size)
         results += _Batch(problems[part], methods[part], regularizers[part], seeds[part], gammas[part], x0s[part],
-                          rule, tol, show, callback).run(rounds, eval_every)
+                          rule, tol, show, callback, stop).run(rounds, eval_every)
     return results
 
 
@@ -404,9 +405,11 @@ def _free_memory(backend) -> int | None:
 class _Batch:
     """One batch's rounds; runs leave it as they stop."""
 
-    def __init__(self, problems, methods, regularizers, seeds, gammas, x0s, rule, tol, show, callback=None):
+    def __init__(self, problems, methods, regularizers, seeds, gammas, x0s, rule, tol, show, callback=None,
+                 stop=None):
         self.problems, self.methods, self.seeds, self.gammas = problems, methods, seeds, gammas
         self.regularizers, self.rule, self.tol, self.show, self.callback = regularizers, rule, tol, show, callback
+        self.stop = stop
         count, backend = len(methods), problems[0].backend
         self.xp, self.dtype = backend.xp, problems[0].dtype
         self.method = type(methods[0]).stack(methods, self.xp, self.dtype)
@@ -483,7 +486,8 @@ class _Batch:
             fired = self.rule.check(history) if self.rule is not None else None
             if fired:
                 self._stop(position, state, fired[1], fired[0])
-            elif self.tol is not None and row["stationarity"] <= self.tol:
+            elif (self.tol is not None and row["stationarity"] <= self.tol) or \
+                    (self.stop is not None and self.stop(self._view(state, position), row)):
                 self._finish(position, state, converged=True)
         if self.callback is not None:
             self.callback(state, recorded)

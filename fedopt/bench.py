@@ -13,9 +13,12 @@ size on the same arrays module, measured in this process right before:
 The copy is single-threaded on the CPU while the kernels use every core, so a kernel can pass
 100 %. The families and their minimal work:
 
-* ``prox``: ``reg.prox(Z, step, out=)`` on ``n`` client rows of length ``p = 1e7 / n`` (``1e5 / n``
-  with ``quick``): 2 passes over ``n p`` (l1, MCP, group lasso of 10), 3 (simplex); the fused
-  normal-map step reads ``z, g, c`` and writes ``z_out, x_out`` (5 passes);
+* ``prox``: ``reg.prox(Z, step, out=)`` at each of :data:`PROX_SIZES` elements (1e3 and 1e5 with
+  ``quick``), as one row and as ``n`` client rows: 2 passes (l1, MCP, SCAD, box, group lasso of
+  10), 3 (l2 ball, simplex, l1 ball); the fused normal-map step reads ``z, g, c`` and writes
+  ``z_out, x_out`` (5 passes);
+* ``gossip``: ``W @ V`` on a ring of ``n`` nodes, rows of the same sizes: ``V`` read and the result
+  written once (2 passes);
 * ``gradient``: ``problem.client_grad(W, rows)``, one minibatch of ``b`` rows per client: the
   sampled rows read once (``n b d`` elements) for logistic regression, ``2 n b (2 d h + 3 h k)``
   flops for the MLP;
@@ -27,6 +30,10 @@ shape ``d = 64, n = 100, b = 8, Q = 10`` and the MNIST shape ``d = 784, n = 100,
 (Gaussian rows, labels from a random linear model, sorted partition); the MLP has 64 hidden
 units (32 with ``quick``) and 10 classes. ``clients`` replaces ``n``. ``quick`` keeps the shapes
 but holds fewer rows per client, times fewer calls, and runs the MLP rounds at the sweep shape.
+
+The ``prox`` and ``gossip`` rows also time the backend kernel call alone (``kernel``, captured by
+:func:`capture_kernel_call`) and the plainest Numba loops of the same operation (``plain``,
+:mod:`fedopt.kernels.cpu.plain`), each checked against fedopt's result first.
 
 ``peers=True`` adds, for the FedNMap logistic + l1 and MLP + l1 rounds in float64, the time of the peer
 implementations in ``bench/peers/`` of a source checkout (a per-client NumPy loop, batched

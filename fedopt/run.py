@@ -270,7 +270,7 @@ class DivergenceError(FloatingPointError):
 
 def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, backend=None, eval_every: int = 1,
         x0=None, metric_gamma: float | None = None, tol: float | None = None, progress: bool | None = None,
-        callback=None, divergence=True, **hyperparameters) -> Result:
+        callback=None, stop=None, divergence=True, **hyperparameters) -> Result:
     """Run ``rounds`` rounds of ``algorithm`` on ``problem + regularizer`` and record the history.
 
     Parameters
@@ -302,6 +302,10 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         A one-line progress report on stderr; default on for a terminal and at least 100 rounds.
     callback : callable or None
         ``callback(state, row)`` after every evaluation.
+    stop : callable or None
+        A stopping criterion of the caller's own (a duality gap, say): ``stop(state, row)`` after
+        every evaluation that no divergence rule stopped; True ends the run as converged, like
+        ``tol``. With both, the first to hold stops the run.
     divergence : Divergence, dict, bool, str or None
         The rule that stops a run as diverged before its values reach inf (see
         :class:`Divergence`). Default (True or ``"default"``): the objective above ``1000 *
@@ -355,6 +359,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         fired = rule.check(history) if rule is not None else None
         if fired:
             diverged(fired[1], state, fired[0])
+        status["converged"] = (tol is not None and row["stationarity"] <= tol) or \
+            (stop is not None and bool(stop(state, row)))
 
     def diverged(what, state, kind="nonfinite"):
         if show:
@@ -364,8 +370,10 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     def result(state, converged=False):
         return Result(problem.backend.to_numpy(state.x).copy(), history, method, state, seed, gamma, converged)
 
+    status = {"converged": False}  # whether the last evaluation met tol or stop
+
     def converged():
-        return tol is not None and history.rows[-1]["stationarity"] <= tol
+        return status["converged"]
 
     last_finite = state
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, once

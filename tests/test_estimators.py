@@ -77,7 +77,7 @@ def test_lasso_reaches_scikit_learn_on_clients_with_sorted_targets(sparse):
     alpha = 0.1
     expected = Lasso(alpha=alpha, tol=1e-14, max_iter=100_000).fit(X, y)
     Xfit = sp.csr_matrix(X) if sparse else X
-    est = FederatedLasso(alpha, tol=1e-20, max_rounds=20_000).fit(Xfit, y, clients=clients)
+    est = FederatedLasso(alpha, tol=1e-13, max_rounds=20_000).fit(Xfit, y, clients=clients)
     ours = lasso_objective(X, y, est.coef_, est.intercept_, alpha)
     best = lasso_objective(X, y, expected.coef_, expected.intercept_, alpha)
     assert abs(ours - best) <= 1e-6 * best
@@ -94,7 +94,7 @@ def test_l1_logistic_regression_reaches_scikit_learn(n_classes):
     alpha = 0.02
     C = 1 / (alpha * len(y))  # C sum_j loss_j + ||w||_1 = n C (mean loss + alpha ||w||_1)
     expected = LogisticRegression(l1_ratio=1.0, C=C, solver="saga", tol=1e-10, max_iter=100_000).fit(X, y)
-    est = FederatedLogisticRegression(alpha, penalty="l1", tol=1e-18, max_rounds=20_000).fit(X, y, clients=clients)
+    est = FederatedLogisticRegression(alpha, penalty="l1", tol=1e-13, max_rounds=20_000).fit(X, y, clients=clients)
     assert est.coef_.shape == expected.coef_.shape and est.intercept_.shape == expected.intercept_.shape
     ours = logistic_objective(X, y, est.coef_, est.intercept_, alpha)
     best = logistic_objective(X, y, expected.coef_, expected.intercept_, alpha)
@@ -111,7 +111,7 @@ def test_l2_and_elastic_net_match_scikit_learn_with_the_same_conversion(penalty,
     alpha = 0.05
     C = 1 / (alpha * len(y))
     expected = LogisticRegression(l1_ratio=l1_ratio, C=C, solver="saga", tol=1e-10, max_iter=100_000).fit(X, y)
-    est = FederatedLogisticRegression(alpha, penalty=penalty, l1_ratio=l1_ratio, tol=1e-16).fit(X, y, clients=clients)
+    est = FederatedLogisticRegression(alpha, penalty=penalty, l1_ratio=l1_ratio, tol=1e-13).fit(X, y, clients=clients)
     np.testing.assert_allclose(est.coef_, expected.coef_, atol=1e-5)
     np.testing.assert_allclose(est.intercept_, expected.intercept_, atol=1e-5)
 
@@ -129,7 +129,7 @@ def test_weakly_convex_penalties_end_at_a_stationary_point_of_the_pooled_objecti
     np.testing.assert_allclose(coef_step, est.coef_[0], atol=1e-7)
     assert abs(r.mean()) < 1e-7
     assert 0 < np.count_nonzero(est.coef_) < X.shape[1]
-    lasso_like = FederatedLogisticRegression(0.05, penalty="l1", tol=1e-16).fit(X, y)
+    lasso_like = FederatedLogisticRegression(0.05, penalty="l1", tol=1e-12).fit(X, y)
     big = np.abs(est.coef_) > 0.5
     assert (np.abs(est.coef_[big]) > np.abs(lasso_like.coef_[big])).all()  # less shrinkage of large weights
 
@@ -167,9 +167,9 @@ def test_mlp_classifies_the_digits_split_by_sorted_labels():
 
 def test_tol_stops_early_and_max_rounds_warns():
     X, y, _ = regression()
-    est = FederatedLasso(0.1, tol=1e-6, eval_every=1).fit(X, y)
-    s = est.history_["stationarity"]
-    assert est.n_rounds_ < est.max_rounds and s[-1] <= 1e-6 * s[0] < s[-2]
+    est = FederatedLasso(0.1, tol=1e-6, eval_every=1).fit(X, y)  # the duality gap, scaled as scikit-learn's
+    assert est.n_rounds_ < est.max_rounds and 0 <= est.dual_gap_ <= 1e-6 * np.var(y)
+    assert len(est.history_) == est.n_rounds_ + 1  # a row per evaluation: every round here
     with pytest.warns(ConvergenceWarning, match="did not converge in max_rounds=3 rounds"):
         est = FederatedLasso(0.1, max_rounds=3, tol=1e-30).fit(X, y)
     assert est.n_rounds_ == 3

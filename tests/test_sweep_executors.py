@@ -30,11 +30,12 @@ def _stored(db) -> dict:
 
 
 def _sweep_process(toml, db, *extra):
-    """The sweep in a process of its own, one run per task (``--batch off``): runs then finish one
-    at a time, and a signal sent after the first ones lands while most are still to do (a batch
-    of 6 runs commits them together, and the last batches could finish before the signal)."""
-    command = [sys.executable, "-m", "fedopt", "sweep", str(toml), "--store", str(db), "--batch", "off", *extra]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    """The sweep in a process of its own, with Ctrl-C at its default action as in a terminal:
+    a process started in the background (``make test &``) would otherwise inherit SIGINT ignored,
+    and the sweep rightly leaves an ignored Ctrl-C alone."""
+    return subprocess.Popen([sys.executable, "-m", "fedopt", "sweep", str(toml), "--store", str(db), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _stop_group(proc):

@@ -63,8 +63,13 @@ class _FederatedEstimator(BaseEstimator):
         n_clients = min(self.n_clients, X.shape[0])  # no empty clients on tiny data
         return partition(X, y, n_clients, self.partition, seed=seed, task=task)
 
-    def _run(self, problem, regularizer, gamma, lr_local, seed):
-        """Run the method to ``tol`` or ``max_rounds``; set ``n_rounds_`` and ``history_``; return x."""
+    def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None):
+        """Run the method to ``tol`` or ``max_rounds``; set ``n_rounds_`` and ``history_``; return x.
+
+        ``gap`` (None, or ``(gap(x) -> float, scale)``) selects the stopping rule: the duality gap
+        at most ``tol * scale``, or else the squared natural-map residual at most ``tol`` times
+        its value at the initial model.
+        """
         # no client draws more samples per step than the largest client holds (tiny data sets)
         batch = None if self.batch_size is None else min(self.batch_size, int(problem.dataset.client_sizes.max()))
         steps = {"local_steps": self.local_steps, "lr_local": lr_local, "lr_server": self.lr_server,
@@ -74,15 +79,21 @@ class _FederatedEstimator(BaseEstimator):
         x0 = problem.init(seed)
         first = Start.prox_of(regularizer, x0, gamma).x  # the model run() reports at round 0
         start = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
+        stop = None if gap is None else _GapStop(gap[0], self.tol * gap[1], problem.backend)
         result = run(self.algorithm, problem, regularizer, rounds=self.max_rounds, seed=seed, x0=x0,
-                     eval_every=self.eval_every, metric_gamma=gamma, tol=self.tol * start, progress=False,
-                     **steps)
+                     eval_every=self.eval_every, metric_gamma=gamma, tol=self.tol * start if stop is None else None,
+                     stop=stop, progress=False, **steps)
         self.n_rounds_ = int(result.state.round)
         self.history_ = result.history
+        if stop is not None:
+            self.dual_gap_ = stop.last
         if not result.converged:
-            warnings.warn(f"{type(self).__name__} did not converge in max_rounds={self.max_rounds} rounds: the "
-                          f"relative stationarity is {result.history['stationarity'][-1] / start:.3g} > "
-                          f"tol={self.tol:g}. Raise max_rounds or tol, or check the step sizes.", ConvergenceWarning,
+            reached = (f"the duality gap is {stop.last:.3g} > tol * {gap[1]:.3g} = {stop.limit:.3g}"
+                       if stop is not None else
+                       f"the relative stationarity is {result.history['stationarity'][-1] / start:.3g} > "
+                       f"tol={self.tol:g}")
+            warnings.warn(f"{type(self).__name__} did not converge in max_rounds={self.max_rounds} rounds: "
+                          f"{reached}. Raise max_rounds or tol, or check the step sizes.", ConvergenceWarning,
                           stacklevel=2)
         return result.x
 
@@ -91,6 +102,18 @@ class _FederatedEstimator(BaseEstimator):
 
     def _seed(self):
         return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+
+
+class _GapStop:
+    """:func:`fedopt.run`'s ``stop``: the duality gap at the evaluated model is at most ``limit``."""
+
+    def __init__(self, gap, limit, backend):
+        self.gap, self.limit, self.backend = gap, limit, backend
+        self.last = float("inf")  # the gap at the last evaluation
+
+    def __call__(self, state, row):
+        self.last = self.gap(self.backend.to_numpy(state.x))
+        return self.last <= self.limit
 
 
 def _linear_steps(problem, regularizer, gamma, lr_local, local_steps):
@@ -131,6 +154,10 @@ def _unpenalized(base, n_params, free):
 
 
 class _FederatedLinear(_FederatedEstimator):
+    def _duality_gap(self, X, targets):
+        """None, or ``(gap(coef, intercept) -> float, scale)`` of the pooled objective (see ``_gap``)."""
+        return None
+
     def _fit_linear(self, model, X, targets, clients, task, base):
         """Fit ``model`` (a linear problem class) with the penalty ``base`` on the coefficients only.
 
@@ -152,9 +179,24 @@ class _FederatedLinear(_FederatedEstimator):
         free = range(n_out * d, n_out * (d + 1)) if self.fit_intercept else ()
         regularizer = _unpenalized(base, problem.n_params, free)
         gamma, lr_local = _linear_steps(problem, regularizer, self.gamma, self.lr_local, self.local_steps)
-        x = self._run(problem, regularizer, gamma, lr_local, seed)
+        self.dual_gap_ = float("nan")  # set by _run where the objective has a duality gap
+        x = self._run(problem, regularizer, gamma, lr_local, seed, self._gap_of_vector(X, targets, n_out))
         coef = x[: n_out * d].reshape(n_out, d).copy()
         intercept = x[n_out * d :] - coef @ offset if self.fit_intercept else np.zeros(n_out)
         if n_out > 1 and self.fit_intercept:  # softmax: only intercept differences matter; sum 0 as in scikit-learn
             intercept = intercept - intercept.mean()
         return coef, intercept
+
+    def _gap_of_vector(self, X, targets, n_out):
+        """:meth:`_duality_gap` as a function of the flat parameter vector (None when there is none)."""
+        criterion = self._duality_gap(X, targets)
+        if criterion is None:
+            return None
+        gap, scale = criterion
+        d = X.shape[1]
+
+        def of_vector(x):
+            intercept = x[n_out * d :] if self.fit_intercept else np.zeros(n_out)
+            return gap(x[: n_out * d].reshape(n_out, d), intercept)
+
+        return of_vector, scale

@@ -47,9 +47,13 @@ random_state
     batch_size : int or None, default 32
     max_rounds : int, default 500
     tol : float, default 3e-3
-        Relative, as in :class:`FederatedLasso`: the residual's norm falls about 20-fold. The
-        stochastic residual is noisy and a network fits slowly, so a much smaller ``tol`` runs
-        up to ``max_rounds``.
+        Relative stationarity: stop at the first evaluation where the squared natural-map
+        residual ``||F_nat(x)||^2`` is at most ``tol`` times its value at the initial model (the
+        objective is nonconvex: no duality gap bounds its suboptimality, and a stationary point
+        is the most a method can promise). The default makes the residual's norm fall about
+        20-fold. The stochastic residual is noisy and a network fits slowly, so a much smaller
+        ``tol`` runs up to ``max_rounds`` (and warns with
+        :class:`~sklearn.exceptions.ConvergenceWarning`).
 
     Attributes
     ----------
@@ -57,7 +61,11 @@ random_state
         ``(n_features, hidden_layer_size)`` and ``(hidden_layer_size, n_classes)``, the layout of
         scikit-learn's ``MLPClassifier``.
     intercepts_ : list of two ndarrays
-    classes_, n_features_in_, feature_names_in_, n_rounds_, history_
+    classes_ : ndarray
+    n_features_in_, feature_names_in_, n_rounds_ : as in :class:`FederatedLasso`
+    history_ : fedopt.run.History
+        The per-round records (one row per evaluation), as in :class:`FederatedLasso`; with
+        minibatches its ``stationarity`` is the residual of the full objective.
     """
 
     _sparse = False
