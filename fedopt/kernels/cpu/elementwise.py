@@ -105,9 +105,11 @@ def _prox_tile(kind, theta, w, src, i0, i1, j0, j1, dst):
                 y[j] = x[j]
 
 
-@inline
+@function
 def _prox_block(kind, theta, w, src, i, j0, j1, dst):
-    """``dst[i, j0:j1] = prox(src[i, j0:j1])``: one row of :func:`_prox_tile` (about 50 ns a call)."""
+    """``dst[i, j0:j1] = prox(src[i, j0:j1])``: one row of :func:`_prox_tile` (about 50 ns a call),
+    compiled apart from the local-steps kernels that call it (inlined, it made each of them take
+    longer to compile)."""
     _prox_tile(kind, theta, w, src, i, i + 1, j0, j1, dst)
 
 
