@@ -170,6 +170,7 @@ def test_tol_stops_early_and_max_rounds_warns():
     est = FederatedLasso(0.1, tol=1e-6, eval_every=1).fit(X, y)  # the duality gap, scaled as scikit-learn's
     assert est.n_rounds_ < est.max_rounds and 0 <= est.dual_gap_ <= 1e-6 * np.var(y)
     assert len(est.history_) == est.n_rounds_ + 1  # a row per evaluation: every round here
+    assert est.n_iter_ == est.n_rounds_  # scikit-learn's name
     with pytest.warns(ConvergenceWarning, match="did not converge in max_rounds=3 rounds"):
         est = FederatedLasso(0.1, max_rounds=3, tol=1e-30).fit(X, y)
     assert est.n_rounds_ == 3

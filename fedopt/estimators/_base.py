@@ -64,7 +64,7 @@ class _FederatedEstimator(BaseEstimator):
         return partition(X, y, n_clients, self.partition, seed=seed, task=task)
 
     def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None):
-        """Run the method to ``tol`` or ``max_rounds``; set ``n_rounds_`` and ``history_``; return x.
+        """Run the method to ``tol`` or ``max_rounds``; set ``n_iter_`` (``n_rounds_``) and ``history_``; return x.
 
         ``gap`` (None, or ``(gap(x) -> float, scale)``) selects the stopping rule: the duality gap
         at most ``tol * scale``, or else the squared natural-map residual at most ``tol`` times
@@ -83,7 +83,7 @@ class _FederatedEstimator(BaseEstimator):
         result = run(self.algorithm, problem, regularizer, rounds=self.max_rounds, seed=seed, x0=x0,
                      eval_every=self.eval_every, metric_gamma=gamma, tol=self.tol * start if stop is None else None,
                      stop=stop, progress=False, **steps)
-        self.n_rounds_ = int(result.state.round)
+        self.n_iter_ = self.n_rounds_ = int(result.state.round)  # n_iter_: scikit-learn's name
         self.history_ = result.history
         if stop is not None:
             self.dual_gap_ = stop.last

@@ -74,8 +74,8 @@ class FederatedLasso(RegressorMixin, _FederatedLinear):
     coef_ : ndarray (n_features,)
     intercept_ : float
     n_features_in_, feature_names_in_ : as in scikit-learn
-    n_rounds_ : int
-        Rounds run.
+    n_iter_ : int
+        Rounds run (scikit-learn's name; ``n_rounds_`` is the same number).
     dual_gap_ : float
         The duality gap at the last evaluation (NaN with ``alpha = 0``), as scikit-learn's
         ``Lasso.dual_gap_``.
@@ -179,7 +179,7 @@ max_rounds, eval_every, backend, random_state
     classes_ : ndarray
     dual_gap_ : float
         The duality gap at the last evaluation (NaN for MCP, SCAD and ``alpha = 0``).
-    n_features_in_, feature_names_in_, n_rounds_ : as in :class:`FederatedLasso`
+    n_features_in_, feature_names_in_, n_iter_ : as in :class:`FederatedLasso`
     history_ : fedopt.run.History
         The per-round records (one row per evaluation), as in :class:`FederatedLasso`.
     """

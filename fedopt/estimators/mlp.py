@@ -62,7 +62,7 @@ random_state
         scikit-learn's ``MLPClassifier``.
     intercepts_ : list of two ndarrays
     classes_ : ndarray
-    n_features_in_, feature_names_in_, n_rounds_ : as in :class:`FederatedLasso`
+    n_features_in_, feature_names_in_, n_iter_ : as in :class:`FederatedLasso`
     history_ : fedopt.run.History
         The per-round records (one row per evaluation), as in :class:`FederatedLasso`; with
         minibatches its ``stationarity`` is the residual of the full objective.
