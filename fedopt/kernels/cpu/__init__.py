@@ -55,8 +55,9 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, in one pass."""
     eta, inv_gamma = z.dtype.type(eta), z.dtype.type(inv_gamma)  # float32 data stays in float32
     n_threads = _jit.threads(z.size)
-    _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta.astype(z.dtype),
-                                      w, z_out, x_out, _elementwise.tile_columns(z.size, n_threads))
+    _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, eta, inv_gamma, kind,
+                                      theta.astype(z.dtype, copy=False), w, z_out, x_out,
+                                      _elementwise.tile_columns(z.size, n_threads))
     return z_out, x_out
 
 
@@ -137,14 +138,24 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
 
     ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node.
     """
-    dtype, n = P.dtype, len(P)  # float32 state stays in float32
-    gamma = np.asarray(gamma)
-    _models.tracking_steps_kernel(_work(X, _rows_read(offsets, rows), n_out, n), *_model_arrays(X, P), y,
-                                  *client_bounds(offsets), rows, kind, n_out, dtype.type(scale), fit_intercept,
-                                  node_scale.astype(dtype), _per_row(gamma, dtype, n), _per_row(1 - gamma, dtype, n),
-                                  _per_row(alpha, dtype, n), _per_row(beta, dtype, n), nesterov, tracking, prox_kind,
-                                  theta.astype(dtype).reshape(-1, theta.shape[-1]), w, P, NU, MU, Y, G)
+    _models.tracking_steps_kernel(_work(X, _rows_read(offsets, rows), n_out, len(P)), *_model_arrays(X, P), y,
+                                  *client_bounds(offsets), rows, kind, n_out, P.dtype.type(scale), fit_intercept,
+                                  *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking, prox_kind,
+                                  _node_thetas(theta, P), w, P, NU, MU, Y, G)
     return P, NU, MU, Y, G
+
+
+def _node_parameters(node_scale, gamma, alpha, beta, P):
+    """``(node_scale, gamma, 1 - gamma, alpha, beta)`` of the tracking kernels in the dtype of the
+    state ``P`` (float32 stays float32), each ``(1,)`` or one value per node."""
+    dtype, n, gamma = P.dtype, len(P), np.asarray(gamma)
+    return (node_scale.astype(dtype), _per_row(gamma, dtype, n), _per_row(1 - gamma, dtype, n),
+            _per_row(alpha, dtype, n), _per_row(beta, dtype, n))
+
+
+def _node_thetas(theta, P):
+    """Prox parameters ``(k,)`` or ``(n, k)`` as the rows the tracking kernels index."""
+    return theta.astype(P.dtype).reshape(-1, theta.shape[-1])
 
 
 def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):
@@ -172,15 +183,11 @@ def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, node_sca
                        tracking, prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's local iterations of every node for the MLP in one call: :func:`tracking_steps`
     with the model of :func:`mlp_oracle`."""
-    dtype, n = P.dtype, len(P)  # float32 state stays in float32
-    gamma = np.asarray(gamma)
     with _one_blas_thread():
         _mlp.tracking_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y,
-                                       *client_bounds(offsets), rows, n_hidden, n_classes, dtype.type(scale),
-                                       node_scale.astype(dtype), _per_row(gamma, dtype, n),
-                                       _per_row(1 - gamma, dtype, n), _per_row(alpha, dtype, n),
-                                       _per_row(beta, dtype, n), nesterov, tracking, prox_kind,
-                                       theta.astype(dtype).reshape(-1, theta.shape[-1]), w, P, NU, MU, Y, G)
+                                       *client_bounds(offsets), rows, n_hidden, n_classes, P.dtype.type(scale),
+                                       *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking,
+                                       prox_kind, _node_thetas(theta, P), w, P, NU, MU, Y, G)
     return P, NU, MU, Y, G
 
 

@@ -96,7 +96,7 @@ def _row_squared_distances(z, center, partial):
         i = task // blocks
         b = task - i * blocks
         j0, j1 = b * BLOCK, min((b + 1) * BLOCK, p)
-        zi = z[i, j0:j1]  # slices from 0: see fedopt.kernels.cpu.elementwise._prox_block
+        zi = z[i, j0:j1]  # slices from 0: see fedopt.kernels.cpu.elementwise._prox_tile
         total = 0.0
         if has_center:
             ci = center[j0:j1]
@@ -308,12 +308,7 @@ def _keep_above(z, use_abs, gather, taus, buf, counts, sums):
                     kept += 1
                     total += y
         else:
-            for m in range(counts[i, c]):
-                y = buf[i, b0 + m]
-                if y > tau:
-                    buf[i, b0 + kept] = y
-                    kept += 1
-                    total += y
+            kept, total = _filter_above(buf[i, b0 : b0 + counts[i, c]], tau, buf[i, b0:])
         counts[i, c] = kept
         sums[i, c] = total
 
