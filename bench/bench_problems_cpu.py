@@ -53,7 +53,8 @@ def test_logistic_minibatch_gradient(kbench, pooled, dtype):
     X, y, offsets = problem._X, problem._y, problem._offsets
     loss, grad = np.empty(0, dtype), np.empty_like(W)
     numpy_s = kbench.numpy_time(
-        lambda: batched.linear_oracle(X, y, offsets, W, rows, K.LOGISTIC, 1, 1.0, False, loss, grad), p=1_000_000)
+        lambda: batched.linear_oracle(X, y, offsets, W, rows, K.LOGISTIC, 1, 1.0, False, problem._sample_weights, loss,
+                                      grad), p=1_000_000)
     np.testing.assert_allclose(grad, out, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=1e-7)
     elements = N_CLIENTS * BATCH * D
     kbench.record(elements, dtype, elements * np.dtype(dtype).itemsize, numpy_s=numpy_s,
@@ -73,7 +74,9 @@ def test_mlp_minibatch_gradient(kbench, pooled, dtype):
         return
     grad = np.empty_like(W)
     numpy_s = kbench.numpy_time(lambda: batched.mlp_oracle(problem._X, problem._y, problem._offsets, W, rows, HIDDEN,
-                                                           CLASSES, 1.0, np.empty(0, dtype), grad), p=1_000_000)
+                                                           CLASSES, K.SOFTMAX, 1.0, np.empty(0, dtype),
+                                                           np.empty(0, dtype), grad),
+                                p=1_000_000)
     np.testing.assert_allclose(grad, out, rtol=1e-4 if dtype == np.float32 else 1e-9, atol=1e-7)
     flops = 2 * N_CLIENTS * BATCH * (2 * D * HIDDEN + 3 * HIDDEN * CLASSES)
     A = rng.standard_normal((N_CLIENTS, BATCH, D)).astype(dtype)

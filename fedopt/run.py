@@ -15,12 +15,12 @@ import itertools
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
 from fedopt import algorithms
-from fedopt.algorithms.base import Algorithm, Start, State
+from fedopt.algorithms.base import Algorithm, Env, Start, State
 
 COLUMNS = ("round", "stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
            "prox_evals", "floats_up", "floats_down", "seconds")
@@ -270,7 +270,7 @@ class DivergenceError(FloatingPointError):
 
 def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, backend=None, eval_every: int = 1,
         x0=None, metric_gamma: float | None = None, tol: float | None = None, progress: bool | None = None,
-        callback=None, stop=None, divergence=True, **hyperparameters) -> Result:
+        callback=None, stop=None, divergence=True, resume: State | None = None, **hyperparameters) -> Result:
     """Run ``rounds`` rounds of ``algorithm`` on ``problem + regularizer`` and record the history.
 
     Parameters
@@ -311,6 +311,12 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         :class:`Divergence`). Default (True or ``"default"``): the objective above ``1000 *
         max(|objective at round 0|, 1)``. A dict sets some fields of :class:`Divergence`
         (``{"objective_factor": 1e6}``); None, False or ``"off"`` keep only the NaN/inf check.
+    resume : State or None
+        Continue a run instead of starting one: ``rounds`` more rounds from this state (a
+        :class:`Result`'s ``state``, of the same method), with its model, pre-prox point and the
+        method's own arrays (corrections, control variates), on ``problem`` (the same number of
+        clients and parameters; its data may be new) and a generator seeded by ``seed``. The
+        history's rounds go on from the state's; ``x0`` is ignored.
 
     Returns
     -------
@@ -332,11 +338,14 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     method.check(problem, regularizer)
     gamma = float(metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0))
     regularizer.check_step(gamma, "metric_gamma")
-    if x0 is None:
-        x0 = problem.init(seed)
-    start = Start.prox_of(regularizer, problem.backend.asarray(x0, dtype=problem.dtype), gamma)
     rng = np.random.default_rng(seed)
-    state = method.init(problem, regularizer, rng, start)
+    if resume is not None:
+        state = _resumed(resume, problem, regularizer, rng)
+    else:
+        if x0 is None:
+            x0 = problem.init(seed)
+        start = Start.prox_of(regularizer, problem.backend.asarray(x0, dtype=problem.dtype), gamma)
+        state = method.init(problem, regularizer, rng, start)
     history = History(history_columns(method, state))
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     clock = {"start": time.perf_counter(), "evaluating": 0.0}
@@ -393,6 +402,16 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     if show:
         print(file=sys.stderr)
     return result(state, converged())
+
+
+def _resumed(state: State, problem, regularizer, rng) -> State:
+    """``state`` on ``problem`` (checked: one model of ``n_params``, client arrays of ``n_clients`` rows)."""
+    clients = [v for v in state.vars.values() if getattr(v, "ndim", 0) == 2]
+    if tuple(state.x.shape) != (problem.n_params,) or any(v.shape[0] != problem.n_clients for v in clients):
+        raise ValueError(f"resume holds a model of shape {tuple(state.x.shape)} and client arrays of "
+                         f"{[v.shape[0] for v in clients]} rows; the problem has {problem.n_params} parameters and "
+                         f"{problem.n_clients} clients")
+    return replace(state, env=Env(problem, regularizer, rng))
 
 
 def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, Divergence | None]:

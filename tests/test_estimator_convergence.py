@@ -14,7 +14,7 @@ from sklearn.preprocessing import StandardScaler
 import fedopt
 from fedopt.datasets.partition import _dirichlet
 from fedopt.estimators import FederatedLasso, FederatedLogisticRegression, FederatedMLPClassifier
-from fedopt.estimators._gap import lasso_gap, lasso_scale, logistic_gap
+from fedopt.estimators._gap import least_squares_gap, least_squares_scale, logistic_gap
 
 # ---- data and objectives -------------------------------------------------------------------------
 
@@ -81,13 +81,14 @@ def test_lasso_gap_bounds_the_suboptimality_along_the_run(sparse):
     X, y = load_diabetes(return_X_y=True)
     exact = Lasso(alpha=0.1, tol=1e-14, max_iter=1_000_000).fit(X, y)
     best = lasso_objective(X, y, exact.coef_, exact.intercept_, 0.1)
-    assert lasso_gap(X, y, exact.coef_, exact.intercept_, 0.1, True) <= 1e-9
-    assert lasso_scale(y, True) == pytest.approx(np.var(y))
+    uniform = np.full(len(y), 1 / len(y))
+    assert least_squares_gap(X, y, exact.coef_, exact.intercept_, 0.1, 0.0, True, uniform) <= 1e-9
+    assert least_squares_scale(y, True, uniform) == pytest.approx(np.var(y))
     Xfit = sp.csr_matrix(X) if sparse else X
     for rounds in (10, 100, 1000):
         with pytest.warns(ConvergenceWarning, match="duality gap"):
             est = FederatedLasso(alpha=0.1, tol=0, max_rounds=rounds, n_clients=4, random_state=0).fit(Xfit, y)
-        gap = lasso_gap(X, y, est.coef_, est.intercept_, 0.1, True)
+        gap = least_squares_gap(X, y, est.coef_, est.intercept_, 0.1, 0.0, True, uniform)
         assert gap == pytest.approx(est.dual_gap_, rel=1e-6)
         assert 0 <= lasso_objective(X, y, est.coef_, est.intercept_, 0.1) - best <= gap
 
@@ -103,12 +104,13 @@ def test_logistic_gap_is_zero_at_the_optimum_and_bounds_the_suboptimality(loader
     exact = LogisticRegression(C=1 / (alpha * n), l1_ratio=l1_ratio, solver="saga", tol=1e-12, max_iter=100_000,
                                fit_intercept=fit_intercept).fit(X, y)
     best = logistic_objective(X, codes, exact.coef_, exact.intercept_, l1, l2)
-    assert abs(logistic_gap(X, codes, exact.coef_, exact.intercept_, l1, l2, fit_intercept)) <= 1e-8
+    uniform = np.full(n, 1 / n)
+    assert abs(logistic_gap(X, codes, exact.coef_, exact.intercept_, l1, l2, fit_intercept, uniform)) <= 1e-8
     rng = np.random.default_rng(0)
     for size in (1e-3, 1e-1, 1.0):
         coef = exact.coef_ + size * rng.normal(size=exact.coef_.shape)
         intercept = exact.intercept_ + (size * rng.normal(size=exact.intercept_.shape) if fit_intercept else 0)
-        gap = logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept)
+        gap = logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, uniform)
         assert 0 <= logistic_objective(X, codes, coef, intercept, l1, l2) - best <= gap
 
 

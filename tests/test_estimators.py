@@ -17,7 +17,14 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import fedopt
-from fedopt.estimators import FederatedLasso, FederatedLogisticRegression, FederatedMLPClassifier
+from fedopt.estimators import (
+    FederatedElasticNet,
+    FederatedLasso,
+    FederatedLogisticRegression,
+    FederatedMLPClassifier,
+    FederatedMLPRegressor,
+    FederatedSparseRegressor,
+)
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -58,10 +65,23 @@ def logistic_objective(X, y, coef, intercept, alpha):
 
 # ---- scikit-learn conformance --------------------------------------------------------------------
 
-# Numba rather than "auto": on a GPU machine tiny fits would time kernel launches. No check is
-# expected to fail.
-@parametrize_with_checks([FederatedLasso(backend="numba"), FederatedLogisticRegression(backend="numba"),
-                          FederatedMLPClassifier(backend="numba")])
+def weighted_equals_repeated_to_tol(estimator):
+    """The checks that compare a weighted fit with a fit on repeated rows to 1e-7 relative: an
+    iterative method agrees only to its stopping tolerance there, about 1e-5 on their tiny data
+    (sparse features are not centered, so the least-squares fits there stop farther off).
+    tests/test_estimator_contract.py checks the equivalence at a small ``tol``. The MLPs' fits on
+    other rows are other networks (another split, other minibatches)."""
+    reason = "agrees to the stopping tolerance, not to 1e-7; see tests/test_estimator_contract.py"
+    kinds = ("sparse",) if isinstance(estimator, FederatedLasso | FederatedElasticNet | FederatedSparseRegressor) \
+        else ("dense", "sparse")
+    return {f"check_sample_weight_equivalence_on_{kind}_data": reason for kind in kinds}
+
+
+# Numba rather than "auto": on a GPU machine tiny fits would time kernel launches.
+@parametrize_with_checks([FederatedLasso(backend="numba"), FederatedElasticNet(backend="numba"),
+                          FederatedSparseRegressor(backend="numba"), FederatedLogisticRegression(backend="numba"),
+                          FederatedMLPClassifier(backend="numba"), FederatedMLPRegressor(backend="numba")],
+                         expected_failed_checks=weighted_equals_repeated_to_tol)
 def test_scikit_learn_conventions(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # random labels in some checks

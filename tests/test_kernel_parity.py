@@ -207,14 +207,15 @@ def test_mlp_kernels_match_reference(features, dtype):
         minibatch = np.stack([rng.integers(offsets[i], offsets[i + 1], batch) for i in range(n)])
         for W in (rng.standard_normal((1, p)).astype(dtype), rng.standard_normal((n, p)).astype(dtype)):
             for rows in (minibatch, np.empty((n, 0), np.int64)):
-                loss_ref, grad_ref = reference.mlp_oracle(X, y, offsets, W, rows, h, k, scale, np.empty(n, dtype),
-                                                          np.empty((n, p), dtype))
-                loss, grad = cpu.mlp_oracle(X, y, offsets, W, rows, h, k, scale, np.empty(n, dtype),
-                                            np.empty((n, p), dtype))
+                unweighted = np.empty(0, dtype)
+                loss_ref, grad_ref = reference.mlp_oracle(X, y, offsets, W, rows, h, k, K.SOFTMAX, scale, unweighted,
+                                                          np.empty(n, dtype), np.empty((n, p), dtype))
+                loss, grad = cpu.mlp_oracle(X, y, offsets, W, rows, h, k, K.SOFTMAX, scale, unweighted,
+                                            np.empty(n, dtype), np.empty((n, p), dtype))
                 np.testing.assert_allclose(loss, loss_ref, **tolerances(dtype))
                 np.testing.assert_allclose(grad, grad_ref, **tolerances(dtype))
-                loss_only = cpu.mlp_oracle(X, y, offsets, W, rows, h, k, scale, np.empty(n, dtype),
-                                           np.empty((0, 0), dtype))[0]
+                loss_only = cpu.mlp_oracle(X, y, offsets, W, rows, h, k, K.SOFTMAX, scale, unweighted,
+                                           np.empty(n, dtype), np.empty((0, 0), dtype))[0]
                 np.testing.assert_allclose(loss_only, loss_ref, **tolerances(dtype))
         drawn = np.stack([np.stack([rng.integers(offsets[i], offsets[i + 1], batch) for i in range(n)])
                           for _ in range(steps)])
@@ -222,7 +223,7 @@ def test_mlp_kernels_match_reference(features, dtype):
             for prox_kind, theta in ((K.SOFT, [0.02, 0.9]), (K.CLIP, [-0.3, 0.25]), (K.IDENTITY, [0.0, 0.0])):
                 for D in (np.empty((0, 0), dtype), (0.1 * rng.standard_normal((n, p))).astype(dtype)):
                     start = (0.3 * rng.standard_normal((n, p))).astype(dtype)
-                    args = (X, y, offsets, rows, h, k, scale, D, 0.2, prox_kind,
+                    args = (X, y, offsets, rows, h, k, K.SOFTMAX, scale, D, 0.2, prox_kind,
                             np.tile(theta, (steps, 1)).astype(dtype), np.empty((0, 0), dtype))
                     Z_ref, P_ref = reference.local_steps_mlp(*args, start.copy(), start.copy())
                     Z, P = cpu.local_steps_mlp(*args, start.copy(), start.copy())

@@ -140,7 +140,8 @@ def test_linear_kernels_on_client_bounds(loss, storage, d, dtype):
     model = (kind, n_out, 0.7, True)
     for batch in (BATCH, 0):
         check_bounds("linear_oracle", (cpu, batched) if storage == "dense" else (cpu,), X, y, bounds,
-                     draw(rng, bounds, (N, batch)), model, outputs(dtype, p), W=normal(rng, (N, p), dtype))
+                     draw(rng, bounds, (N, batch)), (*model, np.empty(0, dtype)), outputs(dtype, p),
+                     W=normal(rng, (N, p), dtype))
         D, start = normal(rng, (N, p), dtype, 0.1), normal(rng, (N, p), dtype)
         check_bounds("local_steps_linear", (cpu,), X, y, bounds, draw(rng, bounds, (STEPS, N, batch)),
                      (*model, D, 0.2, SOFT, shared_soft(dtype), EMPTY.astype(dtype)), (start, start))
@@ -156,11 +157,11 @@ def test_mlp_kernels_on_client_bounds(d, dtype):
     X, y = make_data(rng, dtype, d, SOFTMAX, k)
     p = h * (d + 1) + k * (h + 1)
     for batch in (BATCH, 0):
-        check_bounds("mlp_oracle", (cpu, batched), X, y, bounds, draw(rng, bounds, (N, batch)), (h, k, 0.7),
-                     outputs(dtype, p), W=normal(rng, (N, p), dtype))
+        check_bounds("mlp_oracle", (cpu, batched), X, y, bounds, draw(rng, bounds, (N, batch)),
+                     (h, k, SOFTMAX, 0.7, np.empty(0, dtype)), outputs(dtype, p), W=normal(rng, (N, p), dtype))
         D, start = normal(rng, (N, p), dtype, 0.1), normal(rng, (N, p), dtype)
         check_bounds("local_steps_mlp", (cpu,), X, y, bounds, draw(rng, bounds, (STEPS, N, batch)),
-                     (h, k, 0.7, D, 0.2, SOFT, shared_soft(dtype), EMPTY.astype(dtype)), (start, start))
+                     (h, k, SOFTMAX, 0.7, D, 0.2, SOFT, shared_soft(dtype), EMPTY.astype(dtype)), (start, start))
 
 
 def runs_of(a):
@@ -183,9 +184,11 @@ def test_runs_in_order_repeat_the_single_run(dtype):
         rows = draw(rng, single_bounds, (STEPS, n, batch))
         W, D = normal(rng, (n, p), dtype), normal(rng, (n, p), dtype, 0.1)
         for module in (reference, cpu, batched):
-            single = module.linear_oracle(X, y, offsets, W, rows[0], *model, np.empty(n, dtype),
+            unweighted = np.empty(0, dtype)
+            single = module.linear_oracle(X, y, offsets, W, rows[0], *model, unweighted, np.empty(n, dtype),
                                           np.empty((n, p), dtype))
-            runs = module.linear_oracle(X, y, bounds, runs_of(W), runs_of(rows[0]), *model, *outputs(dtype, p))
+            runs = module.linear_oracle(X, y, bounds, runs_of(W), runs_of(rows[0]), *model, unweighted,
+                                        *outputs(dtype, p))
             assert_close(runs, [runs_of(a) for a in single])
         for module in (reference, cpu):
             single = run_steps(module, "local_steps_linear", (X, y, offsets, rows, *model, D), 0.2, SOFT,
@@ -232,7 +235,7 @@ def test_local_steps_with_per_row_lr_and_thetas(model, prox_kind, dtype, paralle
     if model == "mlp":
         h, k, d = 3, 3, 7
         X, y = make_data(rng, dtype, d, SOFTMAX, k)
-        name, head, p = "local_steps_mlp", (h, k, 0.7), h * (d + 1) + k * (h + 1)
+        name, head, p = "local_steps_mlp", (h, k, SOFTMAX, 0.7), h * (d + 1) + k * (h + 1)
     else:
         kind, n_out = LOSSES[model.removesuffix("_csr")]
         X, y = make_data(rng, dtype, 6, kind, n_out, "csr" if model.endswith("csr") else "dense")

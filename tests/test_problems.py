@@ -112,10 +112,10 @@ def test_batched_kernels_match_the_reference(oracle, dtype):
             kind, n_out, fit = case
             y = [rng.normal(size=50), np.sign(rng.normal(size=50)), rng.integers(0, 3, 50)][kind].astype(dtype)
             p = n_out * (6 + fit)
-            args = (kind, n_out, 0.5, fit)
+            args = (kind, n_out, 0.5, fit, np.empty(0, dtype))
         else:
             y, p = rng.integers(0, 3, 50).astype(dtype), 5 * 7 + 3 * 6
-            args = (5, 3, 0.5)
+            args = (5, 3, K.SOFTMAX, 0.5, np.empty(0, dtype))
         for n_w in (1, 4):
             W = rng.normal(size=(n_w, p)).astype(dtype)
             for rows in rows_sets:
@@ -248,7 +248,7 @@ def test_labels_that_do_not_fit_the_problem():
         Logistic(dataset("regression"))
     with pytest.raises(ValueError, match="Softmax needs class labels"):
         Softmax(dataset("regression"))
-    with pytest.raises(ValueError, match="Softmax needs class labels"):
+    with pytest.raises(ValueError, match=r"needs class labels.*loss='squared'"):
         MLP(dataset("regression"))
     X = np.random.default_rng(0).normal(size=(20, 2))
     with pytest.raises(ValueError, match="LeastSquares needs numeric targets"):

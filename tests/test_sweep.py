@@ -85,6 +85,14 @@ def test_key_ignores_the_backend_and_merges_identical_points():
     assert len({s.key for s in tiny(text).expand()}) == 4  # "1/Q" at Q = 2 is 0.5: one run
 
 
+def test_options_added_later_are_recorded_only_when_set():
+    """MLP's ``loss`` came after stores were written: its default leaves the run keys as they were."""
+    mlp = tiny(TINY.replace('name = "softmax"', 'name = "mlp"')).expand()[0]
+    assert "loss" not in mlp.config["problem"] and mlp.config["problem"]["hidden"] == 64
+    squared = TINY.replace('name = "softmax"', 'name = "mlp"\nloss = "squared"')
+    assert tiny(squared).expand()[0].config["problem"]["loss"] == "squared"
+
+
 def test_shared_hyperparameters_reach_only_the_methods_that_have_them():
     text = TINY.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.name" = ["fednmap", "zhang"]')
     algos = {s.config["algorithm"]["name"]: s.config["algorithm"] for s in tiny(text).expand()}

@@ -58,6 +58,27 @@ def check_targets(y, n_samples: int, name: str = "y", classes=None) -> np.ndarra
     return y.astype(np.int64)
 
 
+def check_sample_weight(sample_weight, n_samples: int, offsets=None) -> np.ndarray:
+    """``sample_weight`` as ``n_samples`` finite float64 weights >= 0; with ``offsets``, every client's
+    weights must also have a positive sum."""
+    s = np.asarray(sample_weight)
+    if s.dtype.kind not in "biuf":
+        raise ValueError(f"sample_weight must hold numbers, got dtype {s.dtype}")
+    s = s.astype(np.float64)
+    if s.shape != (n_samples,):
+        raise ValueError(f"sample_weight must give one weight per sample: shape ({n_samples},), got {s.shape}")
+    bad = np.flatnonzero(~(np.isfinite(s) & (s >= 0)))
+    if len(bad):
+        raise ValueError(f"sample_weight must be finite and >= 0, got {s[bad[0]]} at index {bad[0]}; "
+                         "drop or fix the samples with negative, NaN or inf weights")
+    if offsets is not None:
+        zero = np.flatnonzero(np.add.reduceat(s, offsets[:-1]) <= 0)
+        if len(zero):
+            raise ValueError(f"sample_weight sums to 0 on client {zero[0]}: every client needs a sample of positive "
+                             "weight; drop the client's samples or give them weights > 0")
+    return s
+
+
 @dataclass(frozen=True, eq=False)
 class FederatedDataset:
     """All clients' samples in one client-major array: client ``i`` owns rows ``offsets[i]:offsets[i+1]``.
@@ -81,6 +102,10 @@ class FederatedDataset:
         A short description, e.g. ``"digits/sorted/20"``.
     info : dict
         Anything else a loader or generator knows, e.g. the true coefficients of synthetic data.
+    sample_weight : ndarray (n_samples,) of float64 or None
+        Per-sample weights ``s_j >= 0`` in the row order of ``X`` (scikit-learn's ``sample_weight``):
+        client ``i``'s loss is the weighted mean ``sum_j s_j l_j / S_i`` over its rows, with
+        ``S_i = sum_j s_j > 0``. None weighs every sample 1.
     """
 
     X: Any
@@ -93,6 +118,7 @@ class FederatedDataset:
     feature_names: tuple | None = None
     name: str = ""
     info: dict = field(default_factory=dict)
+    sample_weight: np.ndarray | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -113,6 +139,8 @@ class FederatedDataset:
             raise ValueError(f"client {empty[0]} is empty (offsets must be strictly increasing); "
                              "use fewer clients or another partition")
         set_(self, "offsets", offsets)
+        if self.sample_weight is not None:
+            set_(self, "sample_weight", check_sample_weight(self.sample_weight, X.shape[0], offsets))
         if (self.X_test is None) != (self.y_test is None):
             raise ValueError("give both X_test and y_test, or neither")
         if self.X_test is not None:
@@ -188,6 +216,7 @@ class FederatedDataset:
         kind = f"{self.n_classes} classes" if self.classes is not None else "regression"
         storage = "CSR" if self.is_sparse else str(self.X.dtype)
         test = f", test={self.X_test.shape[0]}" if self.X_test is not None else ""
+        test += ", sample weights" if self.sample_weight is not None else ""
         sizes = self.client_sizes
         return (f"FederatedDataset({self.name or 'unnamed'}: {self.n_clients} clients, {self.n_samples} samples "
                 f"({sizes.min()}..{sizes.max()} per client), {self.n_features} features {storage}, {kind}{test})")

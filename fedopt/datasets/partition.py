@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import scipy.sparse as sp
 
-from fedopt.datasets._dataset import FederatedDataset, check_features
+from fedopt.datasets._dataset import FederatedDataset, check_features, check_sample_weight
 
 SCHEMES = ("iid", "sorted", "dirichlet", "shards")
 
@@ -39,7 +39,8 @@ def encode_targets(y, task: str = "auto"):
 
 def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 0.5, shards_per_client: int = 2,
               min_samples: int | None = None, seed=None, test=None, test_size: float | None = None,
-              dtype=None, scale: float = 1.0, task: str = "auto", name: str = "") -> FederatedDataset:
+              dtype=None, scale: float = 1.0, task: str = "auto", name: str = "",
+              sample_weight=None) -> FederatedDataset:
     """A :class:`FederatedDataset` of ``n_clients`` clients drawn from the pooled ``(X, y)``.
 
     Parameters
@@ -75,6 +76,9 @@ def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 
         The features are ``scale * X`` (use ``1/255`` with uint8 pixels).
     task : {"auto", "classification", "regression"}
     name : str
+    sample_weight : array (n_samples,) or None
+        Per-sample weights ``>= 0`` (scikit-learn's), moved with their rows; the split itself
+        ignores them. Held-out test rows drop theirs.
     """
     if scheme not in SCHEMES:
         raise ValueError(f"scheme={scheme!r} is unknown; choose one of {', '.join(map(repr, SCHEMES))}")
@@ -85,12 +89,16 @@ def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 
     codes, classes = encode_targets(y, task)
     if len(codes) != X.shape[0]:
         raise ValueError(f"y has {len(codes)} entries but X has {X.shape[0]} rows; they must match")
+    if sample_weight is not None:
+        sample_weight = check_sample_weight(sample_weight, X.shape[0])
     rng = np.random.default_rng(seed)
     X_test = y_test = None
     if test is not None and test_size is not None:
         raise ValueError("give test=(X_test, y_test) or test_size, not both")
     if test_size is not None:
-        X, codes, X_test, y_test = _hold_out(X, codes, classes, test_size, rng)
+        keep, held = _hold_out(codes, classes, test_size, rng)
+        X, codes, X_test, y_test = X[keep], codes[keep], X[held], codes[held]
+        sample_weight = None if sample_weight is None else sample_weight[keep]
     elif test is not None:
         X_test = _storage(check_features(test[0], "X_test"), X.dtype if not sp.issparse(X) else None)
         y_test = _encode_like(test[1], classes)
@@ -113,20 +121,24 @@ def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 
     rows = np.concatenate(parts)
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])])
     return FederatedDataset(X[rows], codes[rows], offsets, X_test, y_test, classes, scale,
-                            name=name or f"{scheme}/{n_clients}")
+                            name=name or f"{scheme}/{n_clients}",
+                            sample_weight=None if sample_weight is None else sample_weight[rows])
 
 
 def from_client_ids(X, y, clients, *, test=None, dtype=None, scale: float = 1.0, task: str = "auto",
-                    name: str = "") -> FederatedDataset:
+                    name: str = "", sample_weight=None) -> FederatedDataset:
     """A :class:`FederatedDataset` where ``clients[j]`` names the client of sample ``j``.
 
-    Clients are numbered in the sorted order of their ids; samples keep their relative order.
+    Clients are numbered in the sorted order of their ids; samples keep their relative order,
+    and their ``sample_weight`` (optional, ``>= 0``) moves with them.
     """
     X = _storage(check_features(X), dtype)
     codes, classes = encode_targets(y, task)
     clients = np.asarray(clients)
     if clients.shape != (X.shape[0],):
         raise ValueError(f"clients must give one client id per sample: shape ({X.shape[0]},), got {clients.shape}")
+    if sample_weight is not None:
+        sample_weight = check_sample_weight(sample_weight, X.shape[0])
     ids, owner = np.unique(clients, return_inverse=True)
     rows = np.argsort(owner, kind="stable")
     offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(ids)))])
@@ -135,7 +147,8 @@ def from_client_ids(X, y, clients, *, test=None, dtype=None, scale: float = 1.0,
         X_test = _storage(check_features(test[0], "X_test"), X.dtype if not sp.issparse(X) else None)
         y_test = _encode_like(test[1], classes)
     return FederatedDataset(X[rows], codes[rows], offsets, X_test, y_test, classes, scale,
-                            name=name or f"given/{len(ids)}", info={"client_ids": ids})
+                            name=name or f"given/{len(ids)}", info={"client_ids": ids},
+                            sample_weight=None if sample_weight is None else sample_weight[rows])
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -165,7 +178,8 @@ def _encode_like(y, classes):
     return codes.astype(np.int64)
 
 
-def _hold_out(X, codes, classes, test_size, rng):
+def _hold_out(codes, classes, test_size, rng):
+    """``(kept rows, held-out rows)``: the train and test split of ``test_size``, sorted."""
     test_size = float(test_size)
     if not 0 < test_size < 1:
         raise ValueError(f"test_size must be a fraction in (0, 1), got {test_size}")
@@ -180,9 +194,7 @@ def _hold_out(X, codes, classes, test_size, rng):
         ])
     if len(held) == 0 or len(held) == n:
         raise ValueError(f"test_size={test_size} leaves an empty train or test split of {n} samples")
-    keep = np.setdiff1d(np.arange(n), held)
-    held = np.sort(held)
-    return X[keep], codes[keep], X[held], codes[held]
+    return np.setdiff1d(np.arange(n), held), np.sort(held)
 
 
 def _equal_cuts(n_samples: int, n_clients: int) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import warnings
 
@@ -10,7 +11,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_consistent_length, column_or_1d
+from sklearn.utils.validation import _check_sample_weight, check_consistent_length, column_or_1d
 
 from fedopt import regularizers as R
 from fedopt.algorithms import Start
@@ -19,9 +20,15 @@ from fedopt.datasets import from_client_ids, partition
 from fedopt.metrics import natural_map
 from fedopt.run import run
 
+#: The input dtypes the estimators keep: float32 data is fitted in float32 end to end.
+FLOATS = (np.float64, np.float32)
+#: The smallest ``tol`` of a float32 fit: float32 arithmetic leaves the duality gap of the
+#: diabetes Lasso at about ``3e-6`` times its yardstick, so a smaller ``tol`` could never stop.
+FLOAT32_TOL = 1e-5
+
 
 class _FederatedEstimator(BaseEstimator):
-    """What the three estimators share: parameter checks, the client split, the run and its warning."""
+    """What the estimators share: parameter checks, the client split, the run and its warning."""
 
     _sparse = True  # whether fit accepts sparse X
 
@@ -51,24 +58,51 @@ class _FederatedEstimator(BaseEstimator):
             check(name, 0, none=True, strict=True)
         if self.partition not in ("iid", "sorted", "dirichlet", "shards"):
             raise ValueError(f"partition must be 'iid', 'sorted', 'dirichlet' or 'shards', got {self.partition!r}")
+        if getattr(self, "client_weights", "samples") not in ("samples", "uniform"):
+            raise ValueError(f"client_weights must be 'samples' or 'uniform', got {self.client_weights!r}")
+        if not isinstance(self.warm_start, bool | np.bool_):
+            raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
         _accepted(self.algorithm)  # a ValueError naming the methods for an unknown one
 
     # ---- fitting ---------------------------------------------------------------------------------
-    def _split(self, X, y, clients, task, seed):
-        """The federated data set: by the given client ids, or the configured partition."""
+    def _split(self, X, y, clients, task, seed, sample_weight=None, n_classes=None):
+        """The federated data set: by the given client ids, or the configured partition.
+
+        Dense features keep their dtype (float32 stays float32). ``n_classes`` fixes the class
+        codes ``0..n_classes-1`` of a classifier even when ``y`` lacks some (a ``partial_fit`` batch).
+        """
+        dtype = None if sp.issparse(X) else X.dtype
+        sample_weight = _checked_weights(sample_weight, X)
+        if sample_weight is not None and not (sample_weight > 0).all():  # rows of weight 0 add nothing: drop them
+            keep = np.flatnonzero(sample_weight > 0)
+            X, y, sample_weight = X[keep], y[keep], sample_weight[keep]
+            clients = None if clients is None else column_or_1d(clients)[keep]
         if clients is not None:
             clients = column_or_1d(clients)
             check_consistent_length(X, clients)
-            return from_client_ids(X, y, clients, task=task)
-        n_clients = min(self.n_clients, X.shape[0])  # no empty clients on tiny data
-        return partition(X, y, n_clients, self.partition, seed=seed, task=task)
+            data = from_client_ids(X, y, clients, task=task, dtype=dtype, sample_weight=sample_weight)
+        else:
+            n_clients = min(self.n_clients, X.shape[0])  # no empty clients on tiny data
+            data = partition(X, y, n_clients, self.partition, seed=seed, task=task, dtype=dtype,
+                             sample_weight=sample_weight)
+        if n_classes is not None and len(data.classes) < n_classes:  # codes relative to the batch's classes
+            data = dataclasses.replace(data, y=data.classes[data.y], classes=np.arange(n_classes))
+        self.n_clients_ = data.n_clients
+        return data
 
-    def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None):
+    def _previous(self, partial):
+        """Whether this fit starts from the fitted model: ``partial_fit`` or ``warm_start`` after a fit."""
+        return (partial or self.warm_start) and hasattr(self, "n_iter_")
+
+    def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None, previous=None, partial=False):
         """Run the method to ``tol`` or ``max_rounds``; set ``n_iter_`` (``n_rounds_``) and ``history_``; return x.
 
         ``gap`` (None, or ``(gap(x) -> float, scale)``) selects the stopping rule: the duality gap
         at most ``tol * scale``, or else the squared natural-map residual at most ``tol`` times
-        its value at the initial model.
+        its value at the initial model. ``previous`` (a flat parameter vector) starts the run at
+        ``prox_{gamma phi}(x - gamma grad f(x))``, the natural-map step from the fitted model (the
+        model itself once it is stationary). ``partial`` runs ``eval_every`` rounds without a
+        stopping rule (``partial_fit``), continuing the last run's state where its shapes fit.
         """
         # no client draws more samples per step than the largest client holds (tiny data sets)
         batch = None if self.batch_size is None else min(self.batch_size, int(problem.dataset.client_sizes.max()))
@@ -76,26 +110,48 @@ class _FederatedEstimator(BaseEstimator):
                  "gamma": gamma, "batch_size": batch}
         accepted = _accepted(self.algorithm)
         steps = {name: value for name, value in steps.items() if name in accepted}
-        x0 = problem.init(seed)
-        first = Start.prox_of(regularizer, x0, gamma).x  # the model run() reports at round 0
-        start = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
-        stop = None if gap is None else _GapStop(gap[0], self.tol * gap[1], problem.backend)
-        result = run(self.algorithm, problem, regularizer, rounds=self.max_rounds, seed=seed, x0=x0,
-                     eval_every=self.eval_every, metric_gamma=gamma, tol=self.tol * start if stop is None else None,
-                     stop=stop, progress=False, **steps)
-        self.n_iter_ = self.n_rounds_ = int(result.state.round)  # n_iter_: scikit-learn's name
+        resume = self._resumable(problem) if partial else None
+        if previous is None or resume is not None:
+            x0 = problem.init(seed)
+        else:
+            x = problem.backend.asarray(previous, dtype=problem.dtype)
+            x0 = x - problem.dtype.type(gamma) * problem.grad(x)
+        relative = max(self.tol, FLOAT32_TOL) if problem.dtype == np.float32 else self.tol
+        stop = tol = None
+        if gap is not None and not partial:
+            stop = _GapStop(gap[0], relative * gap[1], problem.backend)
+        elif not partial:
+            first = Start.prox_of(regularizer, x0, gamma).x  # the model run() reports at round 0
+            start = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
+            tol = relative * start
+        # a continued run draws new minibatches: its generator is seeded past the rounds already run
+        result = run(self.algorithm, problem, regularizer, rounds=self.eval_every if partial else self.max_rounds,
+                     seed=seed if resume is None else seed + resume.round, x0=x0, eval_every=self.eval_every,
+                     metric_gamma=gamma, tol=tol, stop=stop, progress=False, resume=resume, **steps)
+        self._state = dataclasses.replace(result.state, env=None)  # what partial_fit continues (no data kept)
+        self._state_algorithm = self.algorithm
+        self.n_iter_ = self.n_rounds_ = int(result.state.round - (0 if resume is None else resume.round))
         self.history_ = result.history
-        if stop is not None:
-            self.dual_gap_ = stop.last
-        if not result.converged:
+        if gap is not None:
+            self.dual_gap_ = stop.last if stop is not None else gap[0](result.x)
+        if not (result.converged or partial):
             reached = (f"the duality gap is {stop.last:.3g} > tol * {gap[1]:.3g} = {stop.limit:.3g}"
                        if stop is not None else
                        f"the relative stationarity is {result.history['stationarity'][-1] / start:.3g} > "
-                       f"tol={self.tol:g}")
+                       f"tol={relative:g}")
             warnings.warn(f"{type(self).__name__} did not converge in max_rounds={self.max_rounds} rounds: "
                           f"{reached}. Raise max_rounds or tol, or check the step sizes.", ConvergenceWarning,
                           stacklevel=2)
         return result.x
+
+    def _resumable(self, problem):
+        """The last run's state when the same method can continue it on ``problem`` (same shapes), else None."""
+        state = getattr(self, "_state", None)
+        if state is None or getattr(self, "_state_algorithm", None) != self.algorithm:
+            return None
+        clients = [v for v in state.vars.values() if getattr(v, "ndim", 0) == 2]
+        fits = tuple(state.x.shape) == (problem.n_params,) and all(v.shape[0] == problem.n_clients for v in clients)
+        return state if fits and type(state.x) is type(problem.init(0)) else None
 
     def _backend(self, X):
         return "numba" if self.backend == "auto" and sp.issparse(X) else self.backend
@@ -138,11 +194,23 @@ def _linear_steps(problem, regularizer, gamma, lr_local, local_steps):
     return gamma, lr_local
 
 
-def _elastic_net(alpha, l1_ratio):
-    """``alpha * (l1_ratio ||x||_1 + (1 - l1_ratio) / 2 ||x||^2)`` (``L1`` for ``l1_ratio = 1``: fused kernels)."""
+def _l1_l2(alpha, l1_ratio):
+    """``(l1, l2)`` of ``alpha * (l1_ratio ||x||_1 + (1 - l1_ratio) / 2 ||x||^2)``; checks ``l1_ratio``."""
     if not (isinstance(l1_ratio, numbers.Real) and 0 <= l1_ratio <= 1):
         raise ValueError(f"l1_ratio must be a number in [0, 1], got {l1_ratio!r}")
-    return R.L1(alpha) if l1_ratio == 1 else R.ElasticNet(alpha * l1_ratio, alpha * (1 - l1_ratio))
+    return alpha * l1_ratio, alpha * (1 - l1_ratio)
+
+
+def _elastic_net(alpha, l1_ratio):
+    """``alpha * (l1_ratio ||x||_1 + (1 - l1_ratio) / 2 ||x||^2)`` (``L1`` for ``l1_ratio = 1``: fused kernels)."""
+    l1, l2 = _l1_l2(alpha, l1_ratio)
+    return R.L1(alpha) if l1_ratio == 1 else R.ElasticNet(l1, l2)
+
+
+def _concave(penalty, alpha, concavity):
+    """MCP ``(lam=alpha, gamma=concavity)`` or SCAD ``(lam=alpha, a=concavity)``; the defaults 3 and 3.7."""
+    options = {} if concavity is None else {"gamma" if penalty == "mcp" else "a": concavity}
+    return (R.MCP if penalty == "mcp" else R.SCAD)(alpha, **options)
 
 
 def _unpenalized(base, n_params, free):
@@ -154,49 +222,110 @@ def _unpenalized(base, n_params, free):
 
 
 class _FederatedLinear(_FederatedEstimator):
-    def _duality_gap(self, X, targets):
-        """None, or ``(gap(coef, intercept) -> float, scale)`` of the pooled objective (see ``_gap``)."""
+    def _penalty_parts(self):
+        """``(l1, l2)`` of a convex penalty on the coefficients, whose duality gap is the stopping
+        rule; None for a nonconvex one or ``alpha = 0`` (relative stationarity then)."""
         return None
 
-    def _fit_linear(self, model, X, targets, clients, task, base):
+    def _fit_linear(self, model, X, targets, clients, task, base, sample_weight, partial, n_classes=None):
         """Fit ``model`` (a linear problem class) with the penalty ``base`` on the coefficients only.
 
-        With ``fit_intercept`` and dense ``X``, the features are centered on their pooled mean
-        ``mu`` first (one more aggregate from the clients): ``X w + b = (X - mu) w + (b + mu w)``,
-        so with a free intercept this changes the coordinates, not the solution, and it spares
-        the method the ill-conditioning that features with large means give the intercept.
-        Sparse ``X`` stays as it is (centering would make it dense).
+        With ``fit_intercept`` and dense ``X``, the features are centered on their pooled
+        (weighted) mean ``mu`` first (one more aggregate from the clients): ``X w + b = (X - mu)
+        w + (b + mu w)``, so with a free intercept this changes the coordinates, not the
+        solution, and it spares the method the ill-conditioning that features with large means
+        give the intercept. Sparse ``X`` stays as it is (centering would make it dense).
         Returns ``(coef (n_out, d), intercept (n_out,))``.
         """
-        offset = np.zeros(X.shape[1])
+        sample_weight = _checked_weights(sample_weight, X)
+        offset = np.zeros(X.shape[1], dtype=X.dtype)
         if self.fit_intercept and not sp.issparse(X):
-            offset = X.mean(axis=0)
+            offset = np.average(X, axis=0, weights=sample_weight).astype(X.dtype)
             X = X - offset
         seed = self._seed()
-        problem = model(self._split(X, targets, clients, task, seed), weights="samples",
-                        fit_intercept=self.fit_intercept, backend=self._backend(X))
+        data = self._split(X, targets, clients, task, seed, sample_weight, n_classes)
+        problem = model(data, weights=self.client_weights, fit_intercept=self.fit_intercept, backend=self._backend(X))
         n_out, d = problem.n_out, X.shape[1]
         free = range(n_out * d, n_out * (d + 1)) if self.fit_intercept else ()
         regularizer = _unpenalized(base, problem.n_params, free)
         gamma, lr_local = _linear_steps(problem, regularizer, self.gamma, self.lr_local, self.local_steps)
+        previous = self._previous_vector(n_out, d, offset) if self._previous(partial) else None
         self.dual_gap_ = float("nan")  # set by _run where the objective has a duality gap
-        x = self._run(problem, regularizer, gamma, lr_local, seed, self._gap_of_vector(X, targets, n_out))
+        x = self._run(problem, regularizer, gamma, lr_local, seed, self._gap(problem, n_out), previous, partial)
         coef = x[: n_out * d].reshape(n_out, d).copy()
-        intercept = x[n_out * d :] - coef @ offset if self.fit_intercept else np.zeros(n_out)
+        intercept = x[n_out * d :] - coef @ offset if self.fit_intercept else np.zeros(n_out, dtype=x.dtype)
         if n_out > 1 and self.fit_intercept:  # softmax: only intercept differences matter; sum 0 as in scikit-learn
             intercept = intercept - intercept.mean()
         return coef, intercept
 
-    def _gap_of_vector(self, X, targets, n_out):
-        """:meth:`_duality_gap` as a function of the flat parameter vector (None when there is none)."""
-        criterion = self._duality_gap(X, targets)
-        if criterion is None:
+    def _previous_vector(self, n_out, d, offset):
+        """The fitted ``coef_`` and ``intercept_`` as the flat vector of the centered problem."""
+        coef = np.asarray(self.coef_, dtype=np.float64)
+        if coef.size != n_out * d:
+            raise ValueError(f"warm_start and partial_fit continue from coef_ of shape {coef.shape}, which does not "
+                             f"fit {n_out} output(s) of {d} features; fit again with warm_start=False")
+        coef = coef.reshape(n_out, d)
+        intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64)) + coef @ offset
+        return np.concatenate([coef.ravel(), intercept]) if self.fit_intercept else coef.ravel()
+
+    def _gap(self, problem, n_out):
+        """None, or ``(gap(x) -> float, scale)``: the duality gap of the federated objective at the
+        flat vector ``x`` and the yardstick of ``tol`` (see :mod:`fedopt.estimators._gap`), on the
+        clients' rows with each row's share ``s_j`` of the objective."""
+        parts = self._penalty_parts()
+        if parts is None:
             return None
-        gap, scale = criterion
-        d = X.shape[1]
+        data = problem.dataset
+        gap, scale = self._gap_function(data.X, data.y, parts, _row_shares(problem))
+        d = data.n_features
 
         def of_vector(x):
+            x = np.asarray(x, dtype=np.float64)
             intercept = x[n_out * d :] if self.fit_intercept else np.zeros(n_out)
             return gap(x[: n_out * d].reshape(n_out, d), intercept)
 
         return of_vector, scale
+
+
+def _row_shares(problem):
+    """``s_j``, each row's weight in ``f = sum_i w_i f_i``: ``w_i / m_i``, or ``w_i s_j / S_i`` with sample weights."""
+    data = problem.dataset
+    starts, sizes = data.offsets[:-1], data.client_sizes
+    if data.sample_weight is None:
+        return np.repeat(problem.weights / sizes, sizes)
+    return data.sample_weight * np.repeat(problem.weights / np.add.reduceat(data.sample_weight, starts), sizes)
+
+
+def _checked_weights(sample_weight, X):
+    """``sample_weight`` as float64 weights ``>= 0``, not all zero (scikit-learn's checks), or None."""
+    if sample_weight is None:
+        return None
+    return _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+
+
+def _class_codes(estimator, y, classes, partial):
+    """``(classes_, codes)``: the sorted classes and each label's index among them.
+
+    ``fit`` takes the classes of ``y``; the first ``partial_fit`` call takes ``classes`` (every
+    label that later batches may hold, scikit-learn's convention) and later calls keep them.
+    """
+    name = type(estimator).__name__
+    if partial and hasattr(estimator, "classes_"):
+        known = estimator.classes_
+        if classes is not None and not np.array_equal(np.unique(classes), known):
+            raise ValueError(f"classes={classes!r} differs from the classes_ of the first partial_fit call, {known!r}")
+    elif partial:
+        if classes is None:
+            raise ValueError(f"{name}.partial_fit needs classes on its first call: every label that y may hold")
+        known = np.unique(classes)
+    else:
+        known = np.unique(y)
+    if len(known) < 2:
+        raise ValueError(f"{name} needs samples of at least 2 classes, but the data contains only one class: "
+                         f"{known[0]!r}")
+    codes = np.minimum(np.searchsorted(known, y), len(known) - 1)
+    unknown = np.flatnonzero(known[codes] != y)
+    if len(unknown):
+        raise ValueError(f"y holds the label {y[unknown[0]]!r}, which is not among the classes {known!r} of the "
+                         "first partial_fit call")
+    return known, codes

@@ -1,13 +1,15 @@
 """Duality gaps of the linear estimators' pooled objectives: upper bounds on ``P(x) - min P``.
 
-Both objectives are ``P(w, b) = F(X w + b) + g(w)`` with a mean loss ``F`` over the samples and
-a penalty ``g = l1 ||w||_1 + (l2 / 2) ||w||^2`` on the coefficients only. Fenchel duality gives,
-for every dual point ``v`` (one value per sample and output),
+Both objectives are ``P(w, b) = F(X w + b) + g(w)`` with a weighted mean loss
+``F(M) = sum_j s_j loss(M_j, y_j)`` over the samples (``s_j`` the sample weights divided by their
+sum; ``1 / n`` without weights) and a penalty ``g = l1 ||w||_1 + (l2 / 2) ||w||^2`` on the
+coefficients only. Fenchel duality gives, for every dual point ``v`` (one value per sample and
+output),
 
     D(v) = -F*(v) - g*(-X^T v)   with   sum_j v_j = 0 when the intercept is free,
 
 and ``D(v) <= min P <= P(w, b)``, so ``gap = P(w, b) - D(v)`` bounds the suboptimality of
-``(w, b)``. The dual point is built from the residual ``r = grad F`` at the model, as
+``(w, b)``. The dual point is built from the residual ``v = grad F`` at the model, as
 scikit-learn's coordinate descent does for the Lasso: centered (least squares) or with the
 intercepts re-balanced (logistic) so that it sums to zero, then, without an l2 part, scaled
 into the box ``||X^T v||_inf <= l1``. At the solution the gap is zero.
@@ -33,26 +35,31 @@ def _penalty_conjugate(G, l1, l2):
     return (min(1.0, l1 / top) if top > 0 else 1.0), 0.0
 
 
-def lasso_gap(X, y, coef, intercept, alpha, fit_intercept):
-    """The duality gap of ``(1 / (2 n)) ||y - X w - b||^2 + alpha ||w||_1`` at ``(coef, intercept)``.
+def _penalty(coef, l1, l2):
+    return l1 * float(np.abs(coef).sum()) + 0.5 * l2 * float(np.sum(coef**2))
 
-    The dual of the Lasso (``b`` minimised out by centering) is ``D(theta) = (theta . y_c - ||theta||^2 / 2) / n``
-    on ``||X^T theta||_inf <= n alpha`` (and ``sum theta = 0`` with an intercept); ``theta`` is
-    the centered residual, rescaled into that box: scikit-learn's ``Lasso`` gap divided by ``n``.
+
+def least_squares_gap(X, y, coef, intercept, l1, l2, fit_intercept, shares):
+    """The duality gap of ``sum_j s_j (y_j - x_j w - b)^2 / 2 + l1 ||w||_1 + (l2 / 2) ||w||^2``.
+
+    ``F*(v) = sum_j (v_j y_j + v_j^2 / (2 s_j))``; the dual point is ``v = -t s r_c`` with ``r_c``
+    the residual ``r = y - X w - b`` minus its weighted mean (so ``sum v = 0``) and ``t`` the box
+    scaling: ``D = t sum s r_c y - (t^2 / 2) sum s r_c^2 - g*(t X^T (s r_c))``. Without weights
+    (``s = 1 / n``) and ``l2 = 0`` this is scikit-learn's ``Lasso`` gap divided by ``n``.
     """
-    n = X.shape[0]
     r = y - safe_sparse_dot(X, coef) - intercept
-    primal = 0.5 * float(r @ r) / n + alpha * float(np.abs(coef).sum())
-    yc, rc = (y - y.mean(), r - r.mean()) if fit_intercept else (y, r)
-    scale, _ = _penalty_conjugate(safe_sparse_dot(X.T, rc) / n, alpha, 0.0)
-    theta = scale * rc
-    return primal - (float(theta @ yc) - 0.5 * float(theta @ theta)) / n
+    primal = 0.5 * float(shares @ (r * r)) + _penalty(coef, l1, l2)
+    rc = r - float(shares @ r) if fit_intercept else r
+    weighted = shares * rc
+    scale, conjugate = _penalty_conjugate(safe_sparse_dot(X.T, weighted), l1, l2)
+    dual = scale * float(weighted @ y) - 0.5 * scale * scale * float(weighted @ rc) - conjugate
+    return primal - dual
 
 
-def lasso_scale(y, fit_intercept):
-    """scikit-learn's yardstick of the Lasso gap: ``||y - mean(y)||^2 / n`` (``||y||^2 / n`` without intercept)."""
-    yc = y - y.mean() if fit_intercept else y
-    return float(yc @ yc) / len(y)
+def least_squares_scale(y, fit_intercept, shares):
+    """scikit-learn's yardstick of the Lasso gap: ``sum_j s_j (y_j - ybar)^2`` (``||y - mean(y)||^2 / n``)."""
+    yc = y - float(shares @ y) if fit_intercept else y
+    return float(shares @ (yc * yc))
 
 
 def _logits(margins):
@@ -60,23 +67,24 @@ def _logits(margins):
     return np.column_stack([np.zeros(len(margins)), margins]) if margins.shape[1] == 1 else margins
 
 
-def _balanced_probabilities(Z, counts, iterations=50):
-    """``softmax(Z + delta)`` with the intercept shift ``delta`` whose class totals are ``counts``.
+def _balanced_probabilities(Z, shares, totals, iterations=50):
+    """``softmax(Z + delta)`` with the intercept shift ``delta`` whose weighted class totals are ``totals``.
 
-    ``delta`` minimises the convex ``sum_j logsumexp(Z_j + delta) - counts . delta``: Newton's
+    ``delta`` minimises the convex ``sum_j s_j logsumexp(Z_j + delta) - totals . delta``: Newton's
     method with backtracking (its Hessian is singular along ``1``, hence least squares).
     """
     delta = np.zeros(Z.shape[1])
 
     def phi(d):
-        return float(logsumexp(Z + d, axis=1).sum() - counts @ d)
+        return float(shares @ logsumexp(Z + d, axis=1) - totals @ d)
 
     for _ in range(iterations):
         P = softmax(Z + delta, axis=1)
-        grad = P.sum(axis=0) - counts
-        if np.abs(grad).max() <= 1e-12 * len(Z):
+        SP = shares[:, None] * P
+        grad = SP.sum(axis=0) - totals
+        if np.abs(grad).max() <= 1e-12:
             break
-        hess = np.diag(P.sum(axis=0)) - P.T @ P
+        hess = np.diag(SP.sum(axis=0)) - P.T @ SP
         step = np.linalg.lstsq(hess, grad, rcond=None)[0]
         value, t = phi(delta), 1.0
         while t > 1e-10 and phi(delta - t * step) > value - 0.25 * t * float(grad @ step):
@@ -85,12 +93,12 @@ def _balanced_probabilities(Z, counts, iterations=50):
     return softmax(Z + delta, axis=1)
 
 
-def logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept):
-    """The duality gap of the mean log-loss plus ``l1 ||W||_1 + (l2 / 2) ||W||^2`` at ``(coef, intercept)``.
+def logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, shares):
+    """The duality gap of the weighted mean log-loss plus ``l1 ||W||_1 + (l2 / 2) ||W||^2``.
 
     ``coef`` is ``(1, d)`` (binary, class 1's margin) or ``(K, d)`` (multinomial). The loss
-    conjugate is the negative entropy: ``D(v) = -(1 / n) sum_j sum_k q_jk log q_jk - g*(-X^T v)``
-    with ``q_j = e_{y_j} + n v_j`` in the simplex and ``v = s (p - e_y) / n`` built from the
+    conjugate is the negative entropy: ``D(v) = -sum_j s_j sum_k q_jk log q_jk - g*(-X^T v)``
+    with ``q_j = e_{y_j} + v_j / s_j`` in the simplex and ``v = t s (p - e_y)`` built from the
     probabilities ``p`` of the model with re-balanced intercepts.
     """
     n = X.shape[0]
@@ -98,20 +106,19 @@ def logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept):
     Z = _logits(margins)
     Y = np.zeros_like(Z)
     Y[np.arange(n), codes] = 1.0
-    primal = float(np.mean(logsumexp(Z, axis=1) - Z[np.arange(n), codes]))
-    primal += l1 * float(np.abs(coef).sum()) + 0.5 * l2 * float(np.sum(coef**2))
-    P = _balanced_probabilities(Z, Y.sum(axis=0)) if fit_intercept else softmax(Z, axis=1)
+    primal = float(shares @ (logsumexp(Z, axis=1) - Z[np.arange(n), codes])) + _penalty(coef, l1, l2)
+    P = _balanced_probabilities(Z, shares, shares @ Y) if fit_intercept else softmax(Z, axis=1)
     R = P - Y
     outputs = R[:, 1:] if coef.shape[0] == 1 else R  # the columns that coef parametrises
-    G = safe_sparse_dot(X.T, outputs).T / n
+    G = safe_sparse_dot(X.T, shares[:, None] * outputs).T
     scale, conjugate = _penalty_conjugate(G, l1, l2)
     Q = Y + scale * R
-    return primal + float(xlogy(Q, Q).sum()) / n + conjugate
+    return primal + float(shares @ xlogy(Q, Q).sum(axis=1)) + conjugate
 
 
-def logistic_scale(codes, n_classes, fit_intercept):
+def logistic_scale(codes, n_classes, fit_intercept, shares):
     """The logistic gap's yardstick: the mean log-loss of zero coefficients (best intercepts with ``fit_intercept``)."""
     if not fit_intercept:
         return float(np.log(n_classes))
-    share = np.bincount(codes, minlength=n_classes) / len(codes)
+    share = np.bincount(codes, weights=shares, minlength=n_classes)
     return float(-xlogy(share, share).sum())

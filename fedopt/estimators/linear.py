@@ -1,4 +1,5 @@
-"""``FederatedLasso`` and ``FederatedLogisticRegression``: penalized linear models with a free intercept."""
+"""Penalized linear models with a free intercept: the Lasso, the elastic net, MCP/SCAD regression and
+logistic regression."""
 
 from __future__ import annotations
 
@@ -10,37 +11,78 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fedopt import regularizers as R
-from fedopt.estimators._base import _elastic_net, _FederatedLinear
-from fedopt.estimators._gap import lasso_gap, lasso_scale, logistic_gap, logistic_scale
+from fedopt.estimators._base import FLOATS, _class_codes, _concave, _elastic_net, _FederatedLinear, _l1_l2
+from fedopt.estimators._gap import least_squares_gap, least_squares_scale, logistic_gap, logistic_scale
 from fedopt.problems import LeastSquares, Logistic, Softmax
 
 PENALTIES = ("l1", "l2", "elasticnet", "mcp", "scad")
 
 
-class FederatedLasso(RegressorMixin, _FederatedLinear):
+class _FederatedRegressor(RegressorMixin, _FederatedLinear):
+    """Least squares ``sum_j s_j (y_j - x_j w - b)^2 / 2`` plus the subclass's ``_penalty()`` on ``w``."""
+
+    def fit(self, X, y, clients=None, sample_weight=None):
+        """Fit on ``(X, y)``; ``clients[j]`` (optional) is sample ``j``'s client id, ``sample_weight[j]`` its weight."""
+        return self._fit(X, y, clients, sample_weight, partial=False)
+
+    def partial_fit(self, X, y, clients=None, sample_weight=None):
+        """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule)."""
+        return self._fit(X, y, clients, sample_weight, partial=True)
+
+    def _fit(self, X, y, clients, sample_weight, partial):
+        self._check_params()
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=FLOATS, y_numeric=True,
+                             reset=not self._previous(partial))
+        coef, intercept = self._fit_linear(LeastSquares, X, y, clients, "regression", self._penalty(), sample_weight,
+                                           partial)
+        self.coef_, self.intercept_ = coef[0], intercept[0]
+        return self
+
+    def _gap_function(self, X, y, parts, shares):
+        """The least-squares gap and scikit-learn's yardstick ``||y - mean(y)||^2 / n`` (weighted)."""
+        (l1, l2), fit_intercept = parts, self.fit_intercept
+        return ((lambda coef, b: least_squares_gap(X, y, coef[0], b[0], l1, l2, fit_intercept, shares)),
+                least_squares_scale(y, fit_intercept, shares))
+
+    def predict(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", dtype=FLOATS, reset=False)
+        return safe_sparse_dot(X, self.coef_) + self.intercept_
+
+
+class FederatedLasso(_FederatedRegressor):
     """The Lasso fitted by federated optimization: scikit-learn's :class:`~sklearn.linear_model.Lasso` objective.
 
     Minimises ``(1 / (2 n_samples)) ||y - X w - b||^2 + alpha ||w||_1``, the same scaling as
     scikit-learn's ``Lasso(alpha)``: :class:`~fedopt.problems.LeastSquares` with sample-count
-    weights and ``L1(alpha)``. The intercept ``b`` (``fit_intercept=True``) is one more
-    coordinate of the model, which the penalty skips (:class:`~fedopt.regularizers.Masked`).
-    For dense ``X`` the features are also centered on their pooled mean, as scikit-learn does: a
-    change of coordinates that leaves the solution as it is and keeps the intercept from slowing
-    the method down when the features have large means. Sparse ``X`` is not centered (that
-    would make it dense), so there an intercept with uncentered features can take many more
-    rounds; scale such features (e.g. ``MaxAbsScaler``) in a :class:`~sklearn.pipeline.Pipeline`.
+    weights and ``L1(alpha)``; with ``sample_weight`` the squared errors are averaged with those
+    weights, as in scikit-learn (integer weights equal repeated rows). The intercept ``b``
+    (``fit_intercept=True``) is one more coordinate of the model, which the penalty skips
+    (:class:`~fedopt.regularizers.Masked`). For dense ``X`` the features are also centered on
+    their pooled mean, as scikit-learn does: a change of coordinates that leaves the solution as
+    it is and keeps the intercept from slowing the method down when the features have large
+    means. Sparse ``X`` is not centered (that would make it dense), so there an intercept with
+    uncentered features can take many more rounds; scale such features (e.g. ``MaxAbsScaler``)
+    in a :class:`~sklearn.pipeline.Pipeline`. Dense float32 ``X`` is fitted in float32 (the
+    kernels run in float32 and ``coef_`` is float32).
 
     Parameters
     ----------
     alpha : float, default 1.0
         Strength of the l1 penalty, as in scikit-learn's ``Lasso``.
     algorithm : str, default "fednmap"
-        A method of :func:`fedopt.algorithms.available`; it gets those of ``local_steps``,
-        ``lr_local``, ``lr_server``, ``gamma`` and ``batch_size`` it takes.
+        The federated method, a name of :func:`fedopt.algorithms.available` that runs on a
+        server: ``"fednmap"``, ``"fedcanon"``, ``"scaffold"``, ``"fedavg"``, ``"fedmid"``,
+        ``"fedda"``, ``"feddr"``, ``"fedadmm"``, ``"scaffnew"``, ... It gets those of
+        ``local_steps``, ``lr_local``, ``lr_server``, ``gamma`` and ``batch_size`` it takes.
     n_clients : int, default 10
         Clients of the simulated split when ``fit`` gets no ``clients`` (at most one per sample).
     partition : {"iid", "sorted", "dirichlet", "shards"}, default "iid"
         The scheme of :func:`fedopt.datasets.partition` for that split.
+    client_weights : {"samples", "uniform"}, default "samples"
+        ``w_i`` of ``sum_i w_i f_i``: ``"samples"`` weighs client ``i`` by its share of the samples
+        (of the sample weights), so the objective is the pooled one and the answer scikit-learn's;
+        ``"uniform"`` weighs every client ``1 / n`` (the papers' setting).
     fit_intercept : bool, default True
     local_steps : int, default 10
         Local steps per round (Q).
@@ -62,9 +104,13 @@ class FederatedLasso(RegressorMixin, _FederatedLinear):
         / n_samples``, with coefficients 0.03 from the exact solution; this default stops at
         ``1e-7``, 0.0006 from it, after about 2600 rounds (4 clients). With ``alpha = 0`` (no
         dual bound) the rule is relative stationarity: ``||F_nat(x)||^2 <= tol *
-        ||F_nat(x_0)||^2`` (see the module docstring).
+        ||F_nat(x_0)||^2`` (see the module docstring). A float32 fit uses ``max(tol, 1e-5)``:
+        float32 arithmetic leaves the gap at about ``3e-6`` of the yardstick.
     eval_every : int, default 10
-        Rounds between two evaluations of the stopping rule (and rows of ``history_``).
+        Rounds between two evaluations of the stopping rule (and rows of ``history_``); also
+        the rounds of one ``partial_fit`` call.
+    warm_start : bool, default False
+        Start ``fit`` from the fitted model (e.g. along a path of ``alpha``) instead of zero.
     backend : {"auto", "numba", "numpy", "gpu"}, default "auto"
     random_state : int, RandomState or None
         Seeds the partition, the minibatches and the initial model.
@@ -76,6 +122,8 @@ class FederatedLasso(RegressorMixin, _FederatedLinear):
     n_features_in_, feature_names_in_ : as in scikit-learn
     n_iter_ : int
         Rounds run (scikit-learn's name; ``n_rounds_`` is the same number).
+    n_clients_ : int
+        Clients of the last fit.
     dual_gap_ : float
         The duality gap at the last evaluation (NaN with ``alpha = 0``), as scikit-learn's
         ``Lasso.dual_gap_``.
@@ -87,13 +135,14 @@ class FederatedLasso(RegressorMixin, _FederatedLinear):
         DataFrame.
     """
 
-    def __init__(self, alpha=1.0, *, algorithm="fednmap", n_clients=10, partition="iid", fit_intercept=True,
-                 local_steps=10, lr_local=None, lr_server=1.0, gamma=None, batch_size=None, max_rounds=10000,
-                 tol=1e-7, eval_every=10, backend="auto", random_state=None):
+    def __init__(self, alpha=1.0, *, algorithm="fednmap", n_clients=10, partition="iid", client_weights="samples",
+                 fit_intercept=True, local_steps=10, lr_local=None, lr_server=1.0, gamma=None, batch_size=None,
+                 max_rounds=10000, tol=1e-7, eval_every=10, warm_start=False, backend="auto", random_state=None):
         self.alpha = alpha
         self.algorithm = algorithm
         self.n_clients = n_clients
         self.partition = partition
+        self.client_weights = client_weights
         self.fit_intercept = fit_intercept
         self.local_steps = local_steps
         self.lr_local = lr_local
@@ -103,35 +152,133 @@ class FederatedLasso(RegressorMixin, _FederatedLinear):
         self.max_rounds = max_rounds
         self.tol = tol
         self.eval_every = eval_every
+        self.warm_start = warm_start
         self.backend = backend
         self.random_state = random_state
 
-    def fit(self, X, y, clients=None):
-        """Fit on ``(X, y)``; ``clients[j]`` (optional) is the client id of sample ``j``."""
-        self._check_params()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=True)
-        coef, intercept = self._fit_linear(LeastSquares, X, y, clients, "regression", R.L1(self.alpha))
-        self.coef_, self.intercept_ = coef[0], float(intercept[0])
-        return self
+    def _penalty(self):
+        return R.L1(self.alpha)
 
-    def _duality_gap(self, X, y):
-        """The Lasso gap and scikit-learn's yardstick ``||y - mean(y)||^2 / n`` (none for ``alpha = 0``)."""
-        if self.alpha == 0:
-            return None
-        alpha, fit_intercept = self.alpha, self.fit_intercept
-        return (lambda coef, b: lasso_gap(X, y, coef[0], b[0], alpha, fit_intercept)), lasso_scale(y, fit_intercept)
+    def _penalty_parts(self):
+        return None if self.alpha == 0 else (self.alpha, 0.0)
 
-    def predict(self, X):
-        check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
-        return safe_sparse_dot(X, self.coef_) + self.intercept_
+
+class FederatedElasticNet(_FederatedRegressor):
+    """The elastic net fitted by federated optimization: :class:`~sklearn.linear_model.ElasticNet`'s objective.
+
+    Minimises ``(1 / (2 n_samples)) ||y - X w - b||^2 + alpha l1_ratio ||w||_1 + (alpha / 2)
+    (1 - l1_ratio) ||w||^2``, scikit-learn's ``ElasticNet(alpha, l1_ratio)``: ``l1_ratio = 1``
+    is the Lasso, ``0`` ridge regression. ``tol`` bounds the duality gap as in
+    :class:`FederatedLasso` (the elastic net's dual has no box: no scaling is needed).
+
+    Parameters
+    ----------
+    alpha : float, default 1.0
+    l1_ratio : float in [0, 1], default 0.5
+    algorithm, n_clients, partition, client_weights, fit_intercept, local_steps, lr_local, lr_server, gamma, \
+batch_size, max_rounds, tol, eval_every, warm_start, backend, random_state
+        As in :class:`FederatedLasso`.
+
+    Attributes
+    ----------
+    coef_, intercept_, n_features_in_, feature_names_in_, n_iter_, n_clients_, dual_gap_, history_
+        As in :class:`FederatedLasso`.
+    """
+
+    def __init__(self, alpha=1.0, *, l1_ratio=0.5, algorithm="fednmap", n_clients=10, partition="iid",
+                 client_weights="samples", fit_intercept=True, local_steps=10, lr_local=None, lr_server=1.0,
+                 gamma=None, batch_size=None, max_rounds=10000, tol=1e-7, eval_every=10, warm_start=False,
+                 backend="auto", random_state=None):
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
+        self.algorithm = algorithm
+        self.n_clients = n_clients
+        self.partition = partition
+        self.client_weights = client_weights
+        self.fit_intercept = fit_intercept
+        self.local_steps = local_steps
+        self.lr_local = lr_local
+        self.lr_server = lr_server
+        self.gamma = gamma
+        self.batch_size = batch_size
+        self.max_rounds = max_rounds
+        self.tol = tol
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.backend = backend
+        self.random_state = random_state
+
+    def _penalty(self):
+        return _elastic_net(self.alpha, self.l1_ratio)
+
+    def _penalty_parts(self):
+        return None if self.alpha == 0 else _l1_l2(self.alpha, self.l1_ratio)
+
+
+class FederatedSparseRegressor(_FederatedRegressor):
+    """Least squares with the nonconvex MCP or SCAD penalty, fitted by federated optimization.
+
+    Minimises ``(1 / (2 n_samples)) ||y - X w - b||^2 + sum_j P(w_j)``, skglm's
+    ``MCPRegression(alpha, gamma)`` objective for ``penalty="mcp"``: ``P(t) = alpha |t| - t^2 /
+    (2 gamma)`` up to ``|t| = gamma alpha`` and ``gamma alpha^2 / 2`` beyond
+    (:class:`~fedopt.regularizers.MCP`); ``"scad"`` is :class:`~fedopt.regularizers.SCAD`
+    ``(lam=alpha, a=concavity)``. Both penalize small weights like the Lasso and leave large
+    ones unbiased, and both are weakly convex: the default ``gamma`` of the method is capped at
+    ``1 / (2 rho)``. The objective is nonconvex unless the design is well conditioned
+    (``X^T X / n_samples`` above ``rho``), so the fit ends at a stationary point: ``tol`` is the
+    relative natural-map residual ``||F_nat(x)||^2 <= tol * ||F_nat(x_0)||^2``.
+
+    Parameters
+    ----------
+    alpha : float, default 1.0
+    penalty : {"mcp", "scad"}, default "mcp"
+    concavity : float or None
+        MCP's ``gamma`` (default 3, skglm's) or SCAD's ``a`` (default 3.7).
+    algorithm, n_clients, partition, client_weights, fit_intercept, local_steps, lr_local, lr_server, gamma, \
+batch_size, max_rounds, tol, eval_every, warm_start, backend, random_state
+        As in :class:`FederatedLasso`.
+
+    Attributes
+    ----------
+    coef_, intercept_, n_features_in_, feature_names_in_, n_iter_, n_clients_, history_
+        As in :class:`FederatedLasso`.
+    """
+
+    def __init__(self, alpha=1.0, *, penalty="mcp", concavity=None, algorithm="fednmap", n_clients=10,
+                 partition="iid", client_weights="samples", fit_intercept=True, local_steps=10, lr_local=None,
+                 lr_server=1.0, gamma=None, batch_size=None, max_rounds=10000, tol=1e-7, eval_every=10,
+                 warm_start=False, backend="auto", random_state=None):
+        self.alpha = alpha
+        self.penalty = penalty
+        self.concavity = concavity
+        self.algorithm = algorithm
+        self.n_clients = n_clients
+        self.partition = partition
+        self.client_weights = client_weights
+        self.fit_intercept = fit_intercept
+        self.local_steps = local_steps
+        self.lr_local = lr_local
+        self.lr_server = lr_server
+        self.gamma = gamma
+        self.batch_size = batch_size
+        self.max_rounds = max_rounds
+        self.tol = tol
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.backend = backend
+        self.random_state = random_state
+
+    def _penalty(self):
+        if self.penalty not in ("mcp", "scad"):
+            raise ValueError(f"penalty must be 'mcp' or 'scad', got {self.penalty!r}")
+        return _concave(self.penalty, self.alpha, self.concavity)
 
 
 class FederatedLogisticRegression(ClassifierMixin, _FederatedLinear):
     """Penalized logistic regression (binary or multinomial) fitted by federated optimization.
 
-    Minimises the mean log-loss over all samples plus ``phi(w)`` on the coefficients ``w`` (the
-    intercepts are not penalized):
+    Minimises the mean log-loss over all samples (weighted by ``sample_weight``) plus ``phi(w)``
+    on the coefficients ``w`` (the intercepts are not penalized):
 
     * ``"l1"``: ``alpha ||w||_1``; ``"l2"``: ``(alpha / 2) ||w||^2``;
     * ``"elasticnet"``: ``alpha (l1_ratio ||w||_1 + (1 - l1_ratio) / 2 ||w||^2)`` (the scaling of
@@ -158,8 +305,8 @@ class FederatedLogisticRegression(ClassifierMixin, _FederatedLinear):
     concavity : float or None
         MCP's ``gamma`` (default 3) or SCAD's ``a`` (default 3.7).
     fit_intercept : bool, default True
-    algorithm, n_clients, partition, local_steps, lr_local, lr_server, gamma, batch_size, \
-max_rounds, eval_every, backend, random_state
+    algorithm, n_clients, partition, client_weights, local_steps, lr_local, lr_server, gamma, batch_size, \
+max_rounds, eval_every, warm_start, backend, random_state
         As in :class:`FederatedLasso`; a ``rho``-weakly convex penalty (MCP, SCAD) caps the default
         ``gamma`` at ``1 / (2 rho)``.
     tol : float, default 1e-7
@@ -179,15 +326,15 @@ max_rounds, eval_every, backend, random_state
     classes_ : ndarray
     dual_gap_ : float
         The duality gap at the last evaluation (NaN for MCP, SCAD and ``alpha = 0``).
-    n_features_in_, feature_names_in_, n_iter_ : as in :class:`FederatedLasso`
+    n_features_in_, feature_names_in_, n_iter_, n_clients_ : as in :class:`FederatedLasso`
     history_ : fedopt.run.History
         The per-round records (one row per evaluation), as in :class:`FederatedLasso`.
     """
 
     def __init__(self, alpha=1e-2, *, penalty="l1", l1_ratio=0.5, concavity=None, fit_intercept=True,
-                 algorithm="fednmap", n_clients=10, partition="iid", local_steps=10, lr_local=None, lr_server=1.0,
-                 gamma=None, batch_size=None, max_rounds=10000, tol=1e-7, eval_every=10, backend="auto",
-                 random_state=None):
+                 algorithm="fednmap", n_clients=10, partition="iid", client_weights="samples", local_steps=10,
+                 lr_local=None, lr_server=1.0, gamma=None, batch_size=None, max_rounds=10000, tol=1e-7,
+                 eval_every=10, warm_start=False, backend="auto", random_state=None):
         self.alpha = alpha
         self.penalty = penalty
         self.l1_ratio = l1_ratio
@@ -196,6 +343,7 @@ max_rounds, eval_every, backend, random_state
         self.algorithm = algorithm
         self.n_clients = n_clients
         self.partition = partition
+        self.client_weights = client_weights
         self.local_steps = local_steps
         self.lr_local = lr_local
         self.lr_server = lr_server
@@ -204,6 +352,7 @@ max_rounds, eval_every, backend, random_state
         self.max_rounds = max_rounds
         self.tol = tol
         self.eval_every = eval_every
+        self.warm_start = warm_start
         self.backend = backend
         self.random_state = random_state
 
@@ -212,37 +361,47 @@ max_rounds, eval_every, backend, random_state
         if self.penalty not in PENALTIES:
             raise ValueError(f"penalty must be one of {', '.join(map(repr, PENALTIES))}, got {self.penalty!r}")
         if self.penalty in ("mcp", "scad"):
-            options = {} if self.concavity is None else {"gamma" if self.penalty == "mcp" else "a": self.concavity}
-            return (R.MCP if self.penalty == "mcp" else R.SCAD)(self.alpha, **options)
+            return _concave(self.penalty, self.alpha, self.concavity)
         return _elastic_net(self.alpha, {"l1": 1.0, "l2": 0.0}.get(self.penalty, self.l1_ratio))
 
-    def _duality_gap(self, X, codes):
-        """The logistic gap and the mean log-loss of zero coefficients (none for MCP, SCAD or ``alpha = 0``)."""
+    def _penalty_parts(self):
         if self.penalty in ("mcp", "scad") or self.alpha == 0:
             return None
-        share = {"l1": 1.0, "l2": 0.0}.get(self.penalty, self.l1_ratio)
-        l1, l2, fit_intercept = self.alpha * share, self.alpha * (1 - share), self.fit_intercept
-        return ((lambda coef, b: logistic_gap(X, codes, coef, b, l1, l2, fit_intercept)),
-                logistic_scale(codes, len(self.classes_), fit_intercept))
+        return _l1_l2(self.alpha, {"l1": 1.0, "l2": 0.0}.get(self.penalty, self.l1_ratio))
 
-    def fit(self, X, y, clients=None):
-        """Fit on ``(X, y)``; ``clients[j]`` (optional) is the client id of sample ``j``."""
+    def _gap_function(self, X, codes, parts, shares):
+        """The logistic gap and the mean log-loss of zero coefficients."""
+        (l1, l2), fit_intercept = parts, self.fit_intercept
+        return ((lambda coef, b: logistic_gap(X, codes, coef, b, l1, l2, fit_intercept, shares)),
+                logistic_scale(codes, len(self.classes_), fit_intercept, shares))
+
+    def fit(self, X, y, clients=None, sample_weight=None):
+        """Fit on ``(X, y)``; ``clients[j]`` (optional) is sample ``j``'s client id, ``sample_weight[j]`` its weight."""
+        return self._fit(X, y, None, clients, sample_weight, partial=False)
+
+    def partial_fit(self, X, y, classes=None, clients=None, sample_weight=None):
+        """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule).
+
+        The first call needs ``classes``, every label that the batches may hold.
+        """
+        return self._fit(X, y, classes, clients, sample_weight, partial=True)
+
+    def _fit(self, X, y, classes, clients, sample_weight, partial):
         self._check_params()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
+        penalty = self._penalty()
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=FLOATS, reset=not self._previous(partial))
         check_classification_targets(y)
-        self.classes_, codes = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
-            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes, but the data contains "
-                             f"only one class: {self.classes_[0]!r}")
+        self.classes_, codes = _class_codes(self, y, classes, partial)
         model = Logistic if len(self.classes_) == 2 else Softmax
-        coef, intercept = self._fit_linear(model, X, codes, clients, "classification", self._penalty())
-        self.coef_, self.intercept_ = coef, np.asarray(intercept, dtype=np.float64)
+        coef, intercept = self._fit_linear(model, X, codes, clients, "classification", penalty, sample_weight,
+                                           partial, n_classes=len(self.classes_))
+        self.coef_, self.intercept_ = coef, intercept
         return self
 
     def decision_function(self, X):
         """Margins: ``(n_samples,)`` for two classes (positive: ``classes_[1]``), else ``(n_samples, n_classes)``."""
         check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        X = validate_data(self, X, accept_sparse="csr", dtype=FLOATS, reset=False)
         scores = safe_sparse_dot(X, self.coef_.T) + self.intercept_
         return scores[:, 0] if scores.shape[1] == 1 else scores
 

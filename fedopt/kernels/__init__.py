@@ -57,12 +57,17 @@ int64 ``(n, b)`` array of global row indices, one minibatch per client drawn on 
 ``grad_out`` (``(0, 0)``) is skipped. ``y`` holds targets in the dtype of ``W``: values, ``+-1``
 or class codes.
 
-``linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out)``
+``linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, sample_weight, loss_out, grad_out)``
     A linear model with ``n_out`` outputs: ``W[i]`` is the ``(n_out, d)`` coefficients in C order,
     then ``n_out`` intercepts when ``fit_intercept``; ``kind`` is LEAST_SQUARES, LOGISTIC or
-    SOFTMAX (below).
-``mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out)``
-    One hidden sigmoid layer and softmax cross-entropy; ``W[i] = [W1 (h, d), b1, W2 (k, h), b2]``.
+    SOFTMAX (below). ``sample_weight`` is indexed by global row like ``y`` (in the dtype of ``W``;
+    length 0 for none) and multiplies each sample's loss and ``dloss/dmargin``, so client ``i``
+    gets ``mean_r(s_r loss_r)`` and its gradient. The fused loops below take no weights.
+``mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weight, loss_out, grad_out)``
+    One hidden sigmoid layer and ``k = n_out`` outputs, ``W[i] = [W1 (h, d), b1, W2 (k, h), b2]``;
+    ``kind`` is SOFTMAX (cross-entropy, ``y`` class codes) or LEAST_SQUARES (``n_out = 1``,
+    ``(o - y)^2 / 2``, ``y`` the targets). ``sample_weight`` as in ``linear_oracle``: it
+    multiplies each sample's loss and ``dloss/doutput``; the fused MLP loops take no weights.
 
 The fused local loop (:mod:`.reference`, :mod:`.cpu` and :mod:`.gpu`)
 ----------------------------------------------------------------------
@@ -77,7 +82,7 @@ The fused local loop (:mod:`.reference`, :mod:`.cpu` and :mod:`.gpu`)
     in cache; on the GPU one thread block per client, for dense single-output models whose state
     fits in shared memory. A kernel may return None for a case it does not cover, and the caller
     then steps array-wise.
-``local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox_kind, thetas, w, Z, P)``
+``local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, prox_kind, thetas, w, Z, P)``
     The same for the MLP of ``mlp_oracle`` (CPU only: one ``prange`` task per client, BLAS
     products on buffers that stay in cache).
 ``tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta,
@@ -89,6 +94,9 @@ nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)``
     into ``G`` and, with ``tracking``, ``Y += beta (G_new - G)`` (else ``Y = G_new``). ``gamma``,
     ``alpha`` and ``beta`` are scalars or length-``n`` vectors (node ``i`` uses entry ``i``), ``theta``
     ``(k,)`` or ``(n, k)``.
+``tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_scale, gamma, alpha, beta,
+nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)``
+    The same for the MLP of ``mlp_oracle`` (reference and CPU).
 
 Gossip over neighbour lists (CPU only: :mod:`.reference` and :mod:`.cpu`)
 -------------------------------------------------------------------------
@@ -132,7 +140,7 @@ CLIP_VECTOR = 4  # w[0] = lower bounds, w[1] = upper bounds
 MCP = 5  # theta = (tau, knee, inv): 0 | sign(v)(|v| - tau) * inv | v, split at tau and knee
 SCAD = 6  # theta = (tau, knee1, knee2, shift, inv): soft | sign(v)(|v| - shift) * inv | v
 
-# Losses of the linear-model oracle (``linear_oracle``'s ``kind``).
+# Losses of the model oracles (``linear_oracle``'s ``kind``; the MLP's takes LEAST_SQUARES and SOFTMAX).
 LEAST_SQUARES = 0  # (m - y)^2 / 2, one output
 LOGISTIC = 1  # log(1 + exp(-y m)), y = +-1, one output
 SOFTMAX = 2  # logsumexp(m) - m[y], y = class code, one output per class

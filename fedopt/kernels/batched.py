@@ -10,7 +10,9 @@ each client's rows in cache are faster: :mod:`fedopt.kernels.cpu.mlp`).
 
 from __future__ import annotations
 
-from fedopt.kernels import SOFTMAX, client_bounds
+import itertools
+
+from fedopt.kernels import client_bounds
 from fedopt.kernels.reference import array_module, loss_residual
 
 
@@ -44,16 +46,29 @@ def _params(W, clients):
     return W if W.shape[0] == 1 else W[clients]
 
 
-def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
+def _row_blocks(values, offsets, rows):
+    """A per-row array (``y``, ``sample_weight``) in the blocks of :func:`_blocks`: ``(c, m)`` each."""
+    if rows.shape[1]:
+        yield values[array_module(values).asarray(rows)]
+    else:
+        for s, e in zip(*(bound.tolist() for bound in client_bounds(offsets)), strict=True):
+            yield values[s:e][None]
+
+
+def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, sample_weight, loss_out, grad_out):
     """Batched :func:`fedopt.kernels.reference.linear_oracle`: ``M = X_b @ coef^T`` per client as one ``matmul``."""
     d = X.shape[1]
-    for clients, Xb, yb in _blocks(X, y, offsets, rows, W.dtype, scale):
+    # one weight block per data block, or None for each (endless: zip stops with the data)
+    weights = _row_blocks(sample_weight, offsets, rows) if len(sample_weight) else itertools.repeat(None)
+    for (clients, Xb, yb), sb in zip(_blocks(X, y, offsets, rows, W.dtype, scale), weights, strict=False):
         w = _params(W, clients)
         coef = w[:, : n_out * d].reshape(-1, n_out, d)
         M = Xb @ coef.transpose(0, 2, 1)
         if fit_intercept:
             M += w[:, None, n_out * d :]
         loss, R = loss_residual(M, yb, kind)
+        if sb is not None:
+            loss, R = loss * sb, R * sb[..., None]
         if len(loss_out):
             loss_out[clients] = loss.mean(axis=1)
         if len(grad_out):
@@ -64,18 +79,21 @@ def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, los
     return loss_out, grad_out
 
 
-def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):
+def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weight, loss_out, grad_out):
     """Batched :func:`fedopt.kernels.reference.mlp_oracle`: each layer, forward and backward, is one ``matmul``."""
-    d, h, k = X.shape[1], n_hidden, n_classes
+    d, h, k = X.shape[1], n_hidden, n_out
     xp = array_module(W)
-    for clients, Xb, yb in _blocks(X, y, offsets, rows, W.dtype, scale):
+    weights = _row_blocks(sample_weight, offsets, rows) if len(sample_weight) else itertools.repeat(None)
+    for (clients, Xb, yb), sb in zip(_blocks(X, y, offsets, rows, W.dtype, scale), weights, strict=False):
         w = _params(W, clients)
         W1, b1 = w[:, : h * d].reshape(-1, h, d), w[:, None, h * d : h * d + h]
         W2, b2 = w[:, h * d + h : h * d + h + k * h].reshape(-1, k, h), w[:, None, h * d + h + k * h :]
         H = Xb @ W1.transpose(0, 2, 1)
         H += b1
         _sigmoid_inplace(xp, H)
-        loss, dO = loss_residual(H @ W2.transpose(0, 2, 1) + b2, yb, SOFTMAX)
+        loss, dO = loss_residual(H @ W2.transpose(0, 2, 1) + b2, yb, kind)
+        if sb is not None:
+            loss, dO = loss * sb, dO * sb[..., None]
         dO /= Xb.shape[1]
         if len(loss_out):
             loss_out[clients] = loss.mean(axis=1)

@@ -18,7 +18,6 @@ from fedopt.kernels import (
     SCAD,
     SOFT,
     SOFT_WEIGHTED,
-    SOFTMAX,
     client_bounds,
 )
 
@@ -204,7 +203,7 @@ def array_module(a):
     return np
 
 
-def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
+def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, sample_weight, loss_out, grad_out):
     """Mean loss and gradient of a linear model on each client's rows.
 
     Client ``i`` owns rows ``offsets[i]:offsets[i+1]`` (or ``offsets[0, i]:offsets[1, i]``, see
@@ -213,7 +212,8 @@ def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, los
     ``W[i]`` (``W[0]`` for all clients when ``W`` has one row) are the ``(n_out, d)`` coefficients
     in C order followed, with ``fit_intercept``, by ``n_out`` intercepts. Margins are
     ``M = scale * X_r @ coef.T + intercept``. Writes ``loss_out[i] = mean(loss(M))`` and
-    ``grad_out[i]``; either may be empty to skip it.
+    ``grad_out[i]``; either may be empty to skip it. ``sample_weight`` (indexed by global row like
+    ``y``; length 0 for none) multiplies each sample's loss and residual: ``mean(s_r * loss(M))``.
     """
     d = X.shape[1]
     for i in range(_n_clients(offsets)):
@@ -223,6 +223,8 @@ def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, los
         X_r = X[r]
         M = scale * (X_r @ coef.T) + (w[n_out * d :] if fit_intercept else 0)
         loss, R = loss_residual(M, y[r], kind)
+        if len(sample_weight):
+            loss, R = loss * sample_weight[r], R * sample_weight[r, None]
         if len(loss_out):
             loss_out[i] = loss.mean()
         if len(grad_out):
@@ -232,14 +234,18 @@ def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, los
     return loss_out, grad_out
 
 
-def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):
-    """Mean softmax cross-entropy and gradient of a one-hidden-layer sigmoid network per client.
+def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weight, loss_out, grad_out):
+    """Mean loss and gradient of a one-hidden-layer sigmoid network per client.
 
-    ``W[i]`` is ``[W1 (h, d), b1 (h), W2 (k, h), b2 (k)]``, each in C order:
-    ``H = sigmoid(scale * X_r @ W1.T + b1)``, ``O = H @ W2.T + b2``, loss ``logsumexp(O) - O[y]``.
-    Rows, ``loss_out`` and ``grad_out`` as in :func:`linear_oracle`.
+    ``W[i]`` is ``[W1 (h, d), b1 (h), W2 (k, h), b2 (k)]``, each in C order, ``k = n_out``:
+    ``H = sigmoid(scale * X_r @ W1.T + b1)``, ``O = H @ W2.T + b2``. The loss of ``kind`` is
+    SOFTMAX ``logsumexp(O) - O[y]`` (``y`` the class code) or LEAST_SQUARES ``(O - y)^2 / 2``
+    (``k = 1``, ``y`` the target), see :func:`loss_residual`; backpropagation of its residual
+    ``dO`` gives ``dA = (dO @ W2) * H * (1 - H)``. Rows, ``sample_weight`` (each sample's loss and
+    ``dO`` times its weight; length 0 for none), ``loss_out`` and ``grad_out`` as in
+    :func:`linear_oracle`.
     """
-    d, h, k = X.shape[1], n_hidden, n_classes
+    d, h, k = X.shape[1], n_hidden, n_out
     for i in range(_n_clients(offsets)):
         r = _client_rows(offsets, rows, i)
         w = W[i if len(W) > 1 else 0]
@@ -247,7 +253,9 @@ def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, gra
         W2, b2 = w[h * d + h : h * d + h + k * h].reshape(k, h), w[h * d + h + k * h :]
         X_r = scale * X[r].astype(W.dtype)
         H = sigmoid(X_r @ W1.T + b1)
-        loss, dO = loss_residual(H @ W2.T + b2, y[r], SOFTMAX)
+        loss, dO = loss_residual(H @ W2.T + b2, y[r], kind)
+        if len(sample_weight):
+            loss, dO = loss * sample_weight[r], dO * sample_weight[r, None]
         dO /= len(r)
         dA = (dO @ W2) * H * (1 - H)
         if len(loss_out):
@@ -268,18 +276,20 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
     G = np.empty_like(Z)
     lr = _per_row(lr, Z.dtype)
     for step in range(rows.shape[0]):
-        linear_oracle(X, y, offsets, P, rows[step], kind, n_out, scale, fit_intercept, np.empty(0, Z.dtype), G)
+        linear_oracle(X, y, offsets, P, rows[step], kind, n_out, scale, fit_intercept, np.empty(0, Z.dtype),
+                      np.empty(0, Z.dtype), G)
         Z -= lr * (G + D) if D.size else lr * G
         P[...] = _prox_rows(Z, prox_kind, thetas[step], w)
     return Z, P
 
 
-def local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox_kind, thetas, w, Z, P):
+def local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, prox_kind, thetas, w, Z, P):
     """:func:`local_steps_linear` for the MLP of :func:`mlp_oracle`."""
     G = np.empty_like(Z)
     lr = _per_row(lr, Z.dtype)
     for step in range(rows.shape[0]):
-        mlp_oracle(X, y, offsets, P, rows[step], n_hidden, n_classes, scale, np.empty(0, Z.dtype), G)
+        mlp_oracle(X, y, offsets, P, rows[step], n_hidden, n_out, kind, scale, np.empty(0, Z.dtype),
+                   np.empty(0, Z.dtype), G)
         Z -= lr * (G + D) if D.size else lr * G
         P[...] = _prox_rows(Z, prox_kind, thetas[step], w)
     return Z, P
@@ -297,18 +307,20 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     """
 
     def gradient(W, step_rows, out):
-        linear_oracle(X, y, offsets, W, step_rows, kind, n_out, scale, fit_intercept, np.empty(0, W.dtype), out)
+        linear_oracle(X, y, offsets, W, step_rows, kind, n_out, scale, fit_intercept, np.empty(0, W.dtype),
+                      np.empty(0, W.dtype), out)
 
     return _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta,
                                 w, P, NU, MU, Y, G)
 
 
-def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, node_scale, gamma, alpha, beta, nesterov,
+def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_scale, gamma, alpha, beta, nesterov,
                        tracking, prox_kind, theta, w, P, NU, MU, Y, G):
     """:func:`tracking_steps` for the MLP of :func:`mlp_oracle`."""
 
     def gradient(W, step_rows, out):
-        mlp_oracle(X, y, offsets, W, step_rows, n_hidden, n_classes, scale, np.empty(0, W.dtype), out)
+        mlp_oracle(X, y, offsets, W, step_rows, n_hidden, n_out, kind, scale, np.empty(0, W.dtype),
+                   np.empty(0, W.dtype), out)
 
     return _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta,
                                 w, P, NU, MU, Y, G)

@@ -17,11 +17,18 @@ WEIGHTS = ("uniform", "samples")
 
 
 def client_weights(dataset: FederatedDataset, weights) -> np.ndarray:
-    """``w_i``: ``"uniform"`` (1/n, as in the papers), ``"samples"`` (m_i / m: the pooled objective) or given."""
+    """``w_i``: ``"uniform"`` (1/n, as in the papers), ``"samples"`` (m_i / m: the pooled objective) or given.
+
+    With sample weights ``s_j``, ``"samples"`` is ``S_i / S`` (``S_i = sum_{j in i} s_j``, ``S`` their
+    total), so that ``f`` is the pooled weighted mean ``sum_j s_j l_j / S``.
+    """
     if isinstance(weights, str):
         if weights == "uniform":
             return np.full(dataset.n_clients, 1.0 / dataset.n_clients)
         if weights == "samples":
+            if dataset.sample_weight is not None:
+                totals = np.add.reduceat(dataset.sample_weight, dataset.offsets[:-1])
+                return totals / totals.sum()
             return dataset.client_sizes / dataset.n_samples
         raise ValueError(f"weights={weights!r} is unknown; choose 'uniform', 'samples' or an array of n_clients floats")
     w = np.asarray(weights, dtype=np.float64)
@@ -32,11 +39,24 @@ def client_weights(dataset: FederatedDataset, weights) -> np.ndarray:
     return w
 
 
+def kernel_sample_weights(dataset: FederatedDataset) -> np.ndarray:
+    """The kernels' per-row weights ``s'_j = s_j m_i / S_i`` (mean 1 on each client), or an empty
+    array when the dataset has no ``sample_weight``."""
+    if dataset.sample_weight is None:
+        return np.empty(0)
+    s, sizes = dataset.sample_weight, dataset.client_sizes
+    return s * np.repeat(sizes / np.add.reduceat(s, dataset.offsets[:-1]), sizes)
+
+
 class Problem(PointArguments):
     """Base class of the federated problems: the data on a backend and the batched oracles.
 
     A problem owns a :class:`~fedopt.datasets.FederatedDataset` and the client weights ``w_i``;
-    client ``i``'s loss ``f_i`` is the mean loss over its ``m_i`` samples. Every oracle works on
+    client ``i``'s loss ``f_i`` is the mean loss over its ``m_i`` samples, or with the dataset's
+    ``sample_weight`` ``s_j`` the weighted mean ``sum_j s_j l_j / S_i``. The kernels take the
+    weights rescaled to ``s'_j = s_j m_i / S_i`` (mean 1 on each client), so that
+    ``f_i = (1/m_i) sum_j s'_j l_j`` and a minibatch of ``b`` uniform draws of the client's rows
+    gives the unbiased estimate ``(1/b) sum_{j in batch} s'_j grad l_j``. Every oracle works on
     all clients at once: ``W`` is ``(n_clients, p)`` (one point per client) or ``(p,)`` (one
     point for all), and minibatches are global row indices ``(n_clients, batch)`` drawn on the
     host (see :meth:`sample_rows`) so that every backend walks the same trajectory.
@@ -45,12 +65,17 @@ class Problem(PointArguments):
 
     name: ClassVar[str] = ""
     is_classifier: ClassVar[bool] = True
+    #: Whether the oracles take the dataset's ``sample_weight`` (else a weighted dataset is refused).
+    supports_sample_weight: ClassVar[bool] = False
 
     def __init__(self, dataset: FederatedDataset, weights="uniform", backend: str | Backend = "auto"):
         self._options = {"weights": weights}
         if not isinstance(dataset, FederatedDataset):
             raise TypeError("dataset must be a fedopt.datasets.FederatedDataset; build one with "
                             "fedopt.datasets.partition(X, y, n_clients=...)")
+        if dataset.sample_weight is not None and not self.supports_sample_weight:
+            raise ValueError(f"{type(self).__name__} does not support sample_weight; use a dataset without "
+                             "sample weights (repeat samples instead)")
         self.dataset = dataset
         self.weights = client_weights(dataset, weights)
         self.backend = get_backend(backend)
@@ -62,12 +87,18 @@ class Problem(PointArguments):
         self._client_sizes = dataset.client_sizes.astype(np.float64)  # m_i, for the minibatch draws
         self._X = self._to_backend_features(dataset.X)
         self._y = self.backend.xp.asarray(self._targets(dataset.y), dtype=self.dtype)
+        self._sample_weights = self.backend.xp.asarray(kernel_sample_weights(dataset), dtype=self.dtype)
         self._X_test = self._y_test = None
         if dataset.X_test is not None:
             self._X_test = self._to_backend_features(dataset.X_test)
             self._y_test = self.backend.xp.asarray(self._targets(dataset.y_test), dtype=self.dtype)
         self._no_rows = np.empty((self.n_clients, 0), dtype=np.int64)
         self._weights_device = self.backend.xp.asarray(self.weights, dtype=self.dtype)
+
+    @property
+    def has_sample_weight(self) -> bool:
+        """Whether the samples carry weights (the dataset's ``sample_weight``)."""
+        return len(self._sample_weights) > 0
 
     # ------------------------------------------------------------------ what subclasses define
     @property
@@ -143,6 +174,9 @@ class Problem(PointArguments):
             view._X = (sp.vstack([p._X for p in distinct], format="csr") if sp.issparse(first._X)
                        else xp.concatenate([p._X for p in distinct]))
             view._y = xp.concatenate([p._y for p in distinct])
+            if any(p.has_sample_weight for p in distinct):  # an unweighted data set weighs each of its rows 1
+                view._sample_weights = xp.concatenate([p._sample_weights if p.has_sample_weight else
+                                                       xp.ones(p.dataset.n_samples, dtype=p.dtype) for p in distinct])
         bounds = [(p.dataset.offsets[:-1] + base[id(p.dataset)], p.dataset.offsets[1:] + base[id(p.dataset)])
                   for p in problems]
         view._offsets = np.stack([np.concatenate(part) for part in zip(*bounds, strict=True)])
@@ -253,8 +287,9 @@ class Problem(PointArguments):
         if rows.ndim != 2 or rows.shape[0] != self.n_clients or rows.dtype.kind not in "iu" or rows.shape[1] == 0:
             raise ValueError(f"rows must be an integer array of shape ({self.n_clients}, batch_size) with batch_size "
                              f">= 1, got {rows.dtype} {rows.shape}; draw it with sample_rows()")
-        if rows.min() < 0 or rows.max() >= self.dataset.n_samples:
-            raise ValueError(f"rows holds indices outside 0..{self.dataset.n_samples - 1}")
+        n_rows = self._X.shape[0]  # the stacked data sets of a client_rows() view
+        if rows.min() < 0 or rows.max() >= n_rows:
+            raise ValueError(f"rows holds indices outside 0..{n_rows - 1}")
         return np.ascontiguousarray(rows, dtype=np.int64)
 
     def _check_out(self, out):

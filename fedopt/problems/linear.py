@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import svds
 
 from fedopt import kernels as K
-from fedopt.problems.base import Problem
+from fedopt.problems.base import Problem, kernel_sample_weights
 
 
 class LinearModel(Problem):
@@ -21,6 +21,7 @@ class LinearModel(Problem):
     """
 
     kind: int = K.LEAST_SQUARES
+    supports_sample_weight = True
 
     def __init__(self, dataset, weights="uniform", fit_intercept: bool = False, backend="auto"):
         self.fit_intercept = bool(fit_intercept)
@@ -49,14 +50,18 @@ class LinearModel(Problem):
 
     def _oracle(self, W, rows, loss_out, grad_out):
         self.backend.kernels.linear_oracle(self._X, self._y, self._offsets, W, rows, self.kind, self.n_out,
-                                           self.dataset.scale, self.fit_intercept, loss_out, grad_out)
+                                           self.dataset.scale, self.fit_intercept, self._sample_weights, loss_out,
+                                           grad_out)
 
     def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
         """All local steps in one ``local_steps_linear`` call; False when the backend has no such
         kernel, or its kernel returns None for this model (the GPU kernel declines CSR features
-        and SOFTMAX), and the caller then steps array-wise."""
+        and SOFTMAX), and the caller then steps array-wise.
+
+        Also False with sample weights: the fused kernels take none, and the array-wise steps
+        (one weighted oracle call per step) compute the same iterates."""
         kernel = getattr(self.backend.kernels, "local_steps_linear", None)
-        if kernel is None:
+        if kernel is None or self.has_sample_weight:
             return False
         done = kernel(self._X, self._y, self._offsets, self._per_step_rows(rows, len(thetas)), self.kind, self.n_out,
                       self.dataset.scale,
@@ -65,9 +70,10 @@ class LinearModel(Problem):
 
     def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
                              P, NU, MU, Y, G) -> bool:
-        """DEPOSITUM's iterations without gossip in one ``tracking_steps`` call (the CPU backends)."""
+        """DEPOSITUM's iterations without gossip in one ``tracking_steps`` call (the CPU backends);
+        False with sample weights (the fused kernel takes none) and the caller steps array-wise."""
         kernel = getattr(self.backend.kernels, "tracking_steps", None)
-        if kernel is None:
+        if kernel is None or self.has_sample_weight:
             return False
         kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale, self.fit_intercept,
                node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)
@@ -83,16 +89,21 @@ class LinearModel(Problem):
         """A Lipschitz constant ``L_i`` of each ``grad f_i``: ``c * ||X_i||_2^2 / m_i``.
 
         ``c`` is 1 for least squares, 1/4 for the logistic loss and 1/2 for softmax; ``X_i`` gets a
-        column of ones with ``fit_intercept``.
+        column of ones with ``fit_intercept``, and its rows are scaled by ``sqrt(s'_j)`` with
+        sample weights (see :class:`~fedopt.problems.base.Problem`).
         """
         factor = {K.LEAST_SQUARES: 1.0, K.LOGISTIC: 0.25, K.SOFTMAX: 0.5}[self.kind]
         result = np.empty(self.n_clients)
+        weights = kernel_sample_weights(self.dataset)
         for i in range(self.n_clients):
             X_i = self.dataset.client(i)[0]
             X_i = (X_i * self.dataset.scale) if sp.issparse(X_i) else X_i.astype(np.float64) * self.dataset.scale
             if self.fit_intercept:
                 X_i = sp.hstack([X_i, np.ones((X_i.shape[0], 1))], format="csr") if sp.issparse(X_i) else \
                     np.hstack([X_i, np.ones((X_i.shape[0], 1))])
+            if len(weights):
+                root = np.sqrt(weights[self.dataset.offsets[i] : self.dataset.offsets[i + 1]])
+                X_i = sp.diags(root) @ X_i if sp.issparse(X_i) else root[:, None] * X_i
             if min(X_i.shape) > 2:
                 top = svds(X_i, k=1, return_singular_vectors=False, random_state=0)[0]
             else:  # ARPACK needs k < min(shape)

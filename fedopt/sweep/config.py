@@ -734,10 +734,17 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+#: Options added after stores were written, recorded only when a run sets them: recording their
+#: defaults would change the key of every stored run that has them, and a resumed sweep would
+#: run those again.
+LATER_OPTIONS = frozenset({"loss"})  # MLP(loss="cross_entropy")
+
+
 @functools.cache
 def _stored_defaults(options_of, name: str) -> dict:
     """The defaults of ``options_of(name)`` that a stored configuration records (those JSON can hold)."""
-    return {k: v for k, v in options_of(name).items() if v is not inspect.Parameter.empty and _jsonable(v)}
+    return {k: v for k, v in options_of(name).items()
+            if v is not inspect.Parameter.empty and _jsonable(v) and k not in LATER_OPTIONS}
 
 
 def _jsonable(value) -> bool:

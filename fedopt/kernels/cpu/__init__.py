@@ -109,14 +109,21 @@ def _work(X, n_rows, n_out, n_clients):
     return work * _ROW_WORK_SCALE if n_clients >= _MIN_BALANCED_CLIENTS else work
 
 
-def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, loss_out, grad_out):
-    """Loss and gradient of a linear model per client, one fused pass per row (dense or CSR ``X``)."""
+def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, sample_weight, loss_out, grad_out):
+    """Loss and gradient of a linear model per client, one fused pass per row (dense or CSR ``X``);
+    ``sample_weight`` (empty: none) multiplies each row's loss and residuals."""
     scale = W.dtype.type(scale)
     starts, ends = client_bounds(offsets)
     work = _work(X, _rows_read(offsets, rows), n_out, len(starts))
     _models.linear_oracle_kernel(work, *_model_arrays(X, W), y, starts, ends, W, rows, kind, n_out, scale,
-                                 fit_intercept, loss_out, grad_out)
+                                 fit_intercept, _sample_weight(sample_weight, W.dtype), loss_out, grad_out)
     return loss_out, grad_out
+
+
+def _sample_weight(sample_weight, dtype):
+    """The kernels' per-row weights in ``dtype``, or None for none: Numba then compiles the
+    unweighted variant, without a branch per row."""
+    return sample_weight.astype(dtype, copy=False) if len(sample_weight) else None
 
 
 def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
@@ -158,15 +165,17 @@ def _node_thetas(theta, P):
     return theta.astype(P.dtype).reshape(-1, theta.shape[-1])
 
 
-def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_classes, scale, loss_out, grad_out):
-    """Loss and gradient of the one-hidden-layer MLP per client: one task per client, BLAS per layer."""
+def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weight, loss_out, grad_out):
+    """Loss and gradient of the one-hidden-layer MLP per client: one task per client, BLAS per layer;
+    ``sample_weight`` (empty: none) multiplies each row's loss and output residual."""
     with _one_blas_thread():
         _mlp.mlp_oracle_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *client_bounds(offsets), W,
-                               rows, n_hidden, n_classes, W.dtype.type(scale), loss_out, grad_out)
+                               rows, n_hidden, n_out, kind, W.dtype.type(scale),
+                               _sample_weight(sample_weight, W.dtype), loss_out, grad_out)
     return loss_out, grad_out
 
 
-def local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox_kind, thetas, w, Z, P):
+def local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, prox_kind, thetas, w, Z, P):
     """A round's local steps of the MLP in one call: per client and step ``Z -= lr * (grad(P) + D); P = prox(Z)``.
 
     ``lr`` and ``thetas`` as in :func:`local_steps_linear`.
@@ -174,18 +183,18 @@ def local_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, D, lr, prox
     dtype = Z.dtype
     with _one_blas_thread():
         _mlp.local_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *client_bounds(offsets),
-                                    rows, n_hidden, n_classes, dtype.type(scale), D, _per_row(lr, dtype, len(Z)),
+                                    rows, n_hidden, n_out, kind, dtype.type(scale), D, _per_row(lr, dtype, len(Z)),
                                     prox_kind, _per_row_thetas(thetas, dtype, len(Z)), w, Z, P)
     return Z, P
 
 
-def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_classes, scale, node_scale, gamma, alpha, beta, nesterov,
+def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_scale, gamma, alpha, beta, nesterov,
                        tracking, prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's local iterations of every node for the MLP in one call: :func:`tracking_steps`
     with the model of :func:`mlp_oracle`."""
     with _one_blas_thread():
         _mlp.tracking_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y,
-                                       *client_bounds(offsets), rows, n_hidden, n_classes, P.dtype.type(scale),
+                                       *client_bounds(offsets), rows, n_hidden, n_out, kind, P.dtype.type(scale),
                                        *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking,
                                        prox_kind, _node_thetas(theta, P), w, P, NU, MU, Y, G)
     return P, NU, MU, Y, G

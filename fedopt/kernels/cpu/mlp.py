@@ -2,7 +2,10 @@
 
 Each client gathers its minibatch rows into a buffer that stays in cache and runs the whole
 network on it: the two large products (``A W1^T`` forward, ``dA^T A`` for the gradient), the
-sigmoid, the softmax and the small output layer are loops over the same cached buffers. Both
+sigmoid, the output loss (softmax cross-entropy, or squared error for a single regression output)
+and the small output layer are loops over the same cached buffers. Per-sample weights scale each
+row's loss and output residual; without them the kernels get None for the weights and Numba
+compiles a variant whose loops are the unweighted ones (no branch or multiply per row). Both
 cores then work on whole clients instead of splitting each small product, and nothing of size
 ``(n, b, d)`` is written to memory.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from fedopt.kernels import SOFTMAX
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel
 from fedopt.kernels.cpu.elementwise import _prox_block
 from fedopt.kernels.cpu.models import _momentum_step, _node_parameters, _row_thetas, _row_value, _track
@@ -123,9 +127,12 @@ def _add_eight_rows(S, A, t, u, g, f):
 
 # -------------------------------------------------------------------------------- one client
 @function(fastmath=REDUCTION_MATH)
-def _client_loss_grad(X, y, rows, first, count, w, h, k, scale, g, want_grad, A, H, S, T, G1):
+def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, scale, g, want_grad, A, H, S, T,
+                      G1):
     """Mean loss of one client at ``w`` (its minibatch ``rows``, or its ``count`` rows from
-    ``first`` when ``rows`` is empty); with ``want_grad`` the gradient goes to ``g``.
+    ``first`` when ``rows`` is empty); with ``want_grad`` the gradient goes to ``g``. ``kind`` is
+    SOFTMAX (``k`` classes) or LEAST_SQUARES (``k = 1``). ``sample_weight`` (by global row, in the
+    parameters' dtype) multiplies each row's loss and output residual; None for no weights.
 
     ``A``, ``H``, ``S``, ``T`` are ``(chunk, d)``, ``(chunk, h)``, ``(chunk, k)``, ``(chunk, h)``
     buffers, ``G1`` an ``(h, d)`` one used when the rows take more than one chunk.
@@ -153,7 +160,11 @@ def _client_loss_grad(X, y, rows, first, count, w, h, k, scale, g, want_grad, A,
             for u in range(h):
                 hidden[t, u] = one / (one + np.exp(-(hidden[t, u] + b1[u])))
         _times_transpose(hidden, W2, out, zero)
-        loss += _softmax_residual(y, rows, first, start, w[hd + h + k * h :], inv_count, out)
+        b2 = w[hd + h + k * h :]
+        if kind == SOFTMAX:  # one branch per pass: the loops below and above are the same for both losses
+            loss += _softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, out)
+        else:
+            loss += _squared_residual(y, sample_weight, rows, first, start, b2, inv_count, out)
         if want_grad:
             _backward(a, hidden, out, slope, W2, g, G1, m == count, one)
     return loss * inv_count
@@ -169,26 +180,53 @@ def _gather(X, rows, first, start, scale, a):
 
 
 @function(fastmath=REDUCTION_MATH)
-def _softmax_residual(y, rows, first, start, b2, inv_count, out):
-    """Summed cross-entropy of the scores ``out + b2``; ``out`` becomes ``dloss/dO / count``."""
+def _softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, out):
+    """Summed cross-entropy of the scores ``out + b2``; ``out`` becomes ``dloss/dO / count``, both
+    times the rows' ``sample_weight`` unless it is None (then the weighted lines are compiled out)."""
     loss = 0.0
     k = out.shape[1]
     for t in range(out.shape[0]):
-        label = int(y[rows[start + t] if rows.shape[0] > 0 else first + start + t])
+        r = rows[start + t] if rows.shape[0] > 0 else first + start + t
+        label = int(y[r])
         top = -np.inf
         for c in range(k):
             out[t, c] += b2[c]
             top = max(top, out[t, c])
-        loss += top - out[t, label]
+        picked = top - out[t, label]
         total = 0.0
         for c in range(k):
             e = np.exp(out[t, c] - top)
             out[t, c] = e
             total += e
-        loss += np.log(total)
+        if sample_weight is None:
+            loss += picked
+            loss += np.log(total)
+            step = inv_count
+        else:
+            weight = sample_weight[r]
+            loss += weight * (picked + np.log(total))
+            step = weight * inv_count
         for c in range(k):
-            out[t, c] *= inv_count / total
-        out[t, label] -= inv_count
+            out[t, c] *= step / total
+        out[t, label] -= step
+    return loss
+
+
+@function(fastmath=REDUCTION_MATH)
+def _squared_residual(y, sample_weight, rows, first, start, b2, inv_count, out):
+    """Summed ``(o - y)^2 / 2`` of the single output ``o = out + b2``; ``out`` becomes ``(o - y) / count``,
+    both times the rows' ``sample_weight`` unless it is None (then the weighted lines are compiled out)."""
+    loss = 0.0
+    for t in range(out.shape[0]):
+        row = rows[start + t] if rows.shape[0] > 0 else first + start + t
+        r = out[t, 0] + b2[0] - y[row]
+        if sample_weight is None:
+            loss += 0.5 * r * r
+            out[t, 0] = r * inv_count
+        else:
+            weight = sample_weight[row]
+            loss += weight * (0.5 * r * r)
+            out[t, 0] = r * (weight * inv_count)
     return loss
 
 
@@ -221,7 +259,7 @@ def _backward(a, hidden, out, slope, W2, g, G1, single, one):
 @function(fastmath=REDUCTION_MATH)
 def _times(A, B, C):
     """``C = A B`` for ``A (m, k)``, ``B (k, n)``, ``C (m, n)``: each row of ``C`` as ``k`` scaled
-    rows of ``B`` added up (``k`` is small: the classes)."""
+    rows of ``B`` added up (``k`` is small: the outputs)."""
     for t in range(A.shape[0]):
         row = C[t]
         v, b = A[t, 0], B[0]
@@ -244,9 +282,10 @@ def _buffers(count, d, h, k, like):
 
 # ------------------------------------------------------------------------------------ kernels
 @kernel(fastmath=REDUCTION_MATH)
-def mlp_oracle_kernel(X, y, starts, ends, W, rows, h, k, scale, loss_out, grad_out):
+def mlp_oracle_kernel(X, y, starts, ends, W, rows, h, k, kind, scale, sample_weight, loss_out, grad_out):
     """Loss and gradient of every client (rows ``starts[i]:ends[i]`` or ``rows[i]``): one task per
-    client (see :mod:`fedopt.kernels`)."""
+    client (see :mod:`fedopt.kernels`). ``sample_weight`` is the per-row weights in the dtype of
+    ``W``, or None for none."""
     n = starts.shape[0]
     want_grad = grad_out.shape[0] > 0
     for i in prange(n):
@@ -255,17 +294,18 @@ def mlp_oracle_kernel(X, y, starts, ends, W, rows, h, k, scale, loss_out, grad_o
         count = rows.shape[1] if rows.shape[1] > 0 else ends[client] - first
         A, H, S, T, G1 = _buffers(count, X.shape[1], h, k, W[0])
         g = grad_out[client] if want_grad else W[0]  # W[0]: a placeholder of the same type, never written
-        loss = _client_loss_grad(X, y, rows[client], first, count, W[client if W.shape[0] > 1 else 0], h, k, scale,
-                                 g, want_grad, A, H, S, T, G1)
+        loss = _client_loss_grad(X, y, sample_weight, rows[client], first, count, W[client if W.shape[0] > 1 else 0],
+                                 h, k, kind, scale, g, want_grad, A, H, S, T, G1)
         if loss_out.shape[0] > 0:
             loss_out[client] = loss
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, scale, D, lr, prox_kind, thetas, w, Z, P):
+def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, D, lr, prox_kind, thetas, w, Z, P):
     """All of a round's local steps, client by client: for ``l < Q``, ``g = grad f_i(P[i]; rows[l, i])``,
     ``Z[i] -= lr_i * (g + D[i])``, ``P[i] = prox_l(Z[i])`` at ``thetas[l, i]``; a client's state stays in
-    cache for its Q steps. ``lr`` is ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``."""
+    cache for its Q steps. ``lr`` is ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``.
+    No sample weights (weighted problems step through :func:`mlp_oracle_kernel`)."""
     n, p = Z.shape
     for i in prange(n):
         client = np.int64(i)
@@ -276,7 +316,8 @@ def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, scale, D, lr, prox_ki
         g = np.empty(p, dtype=Z.dtype)
         z = Z[client]
         for step in range(rows.shape[0]):
-            _client_loss_grad(X, y, rows[step, client], first, count, P[client], h, k, scale, g, True, A, H, S, T, G1)
+            _client_loss_grad(X, y, None, rows[step, client], first, count, P[client], h, k, kind, scale, g, True, A,
+                              H, S, T, G1)
             if D.shape[0] > 0:
                 shift = D[client]
                 for j in range(p):
@@ -288,11 +329,11 @@ def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, scale, D, lr, prox_ki
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, scale, node_scale, gammas, one_minus_gammas, alphas,
-                              betas, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, node_scale, gammas, one_minus_gammas,
+                              alphas, betas, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's iterations without gossip, node by node, for the MLP: the loop of
     ``tracking_steps_kernel`` in :mod:`fedopt.kernels.cpu.models` around :func:`_client_loss_grad`;
-    a node's five vectors and its buffers stay in cache for its T iterations."""
+    a node's five vectors and its buffers stay in cache for its T iterations. No sample weights."""
     n, p = P.shape
     for i in prange(n):
         node = np.int64(i)  # the parallel variant's loop index is unsigned
@@ -307,5 +348,6 @@ def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, scale, node_scale,
         for step in range(rows.shape[0]):
             _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
             _prox_block(prox_kind, prox_theta, w, P, node, 0, p, P)
-            _client_loss_grad(X, y, rows[step, node], first, count, x, h, k, scale, g, True, A, H, S, T, G1)
+            _client_loss_grad(X, y, None, rows[step, node], first, count, x, h, k, kind, scale, g, True, A, H, S, T,
+                              G1)
             _track(g, factor, tracking, beta, tracker, last)

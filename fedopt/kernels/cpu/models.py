@@ -53,6 +53,14 @@ def _residual(kind, M, n_out, target, want_loss):
 
 
 @inline
+def _weigh(M, n_out, weight, loss):
+    """Scale one sample's residuals ``M[:n_out]`` by its weight; return its weighted loss."""
+    for c in range(n_out):
+        M[c] *= weight
+    return loss * weight
+
+
+@inline
 def _row_value(values, i):
     """Row ``i``'s entry of a per-row parameter array (a value, or a row of prox parameters): ``values[0]``
     when one entry serves every row."""
@@ -72,14 +80,14 @@ def _row(rows, first, t):
 
 
 @function(fastmath=REDUCTION_MATH)
-def _single_output_pass(X, d, y, rows, first, count, w, kind, scale, fit_intercept, g, inv_count, want_loss,
-                        want_grad):
+def _single_output_pass(X, d, y, sample_weight, rows, first, count, w, kind, scale, fit_intercept, g, inv_count,
+                        want_loss, want_grad):
     """:func:`_client_pass` for dense rows and one output: four rows at a time.
 
     Four dot products share one loop over the features, their four residuals are independent
     (their exps overlap), and one loop adds the four rows to the gradient, so the rows are read
     from L1 while a step's latency is spread over four rows. A short last group repeats its last
-    row with weight zero.
+    row with weight zero. Sample weights (or None) scale the residuals: see :func:`_client_pass`.
     """
     zero = scale - scale
     coef = w[:d]
@@ -100,6 +108,11 @@ def _single_output_pass(X, d, y, rows, first, count, w, kind, scale, fit_interce
         e2, loss2 = _scalar_residual(kind, s2 * scale + bias, y[r2], want_loss)
         e3, loss3 = _scalar_residual(kind, s3 * scale + bias, y[r3], want_loss)
         e4, loss4 = _scalar_residual(kind, s4 * scale + bias, y[r4], want_loss)
+        if sample_weight is not None:
+            e1, loss1 = e1 * sample_weight[r1], loss1 * sample_weight[r1]
+            e2, loss2 = e2 * sample_weight[r2], loss2 * sample_weight[r2]
+            e3, loss3 = e3 * sample_weight[r3], loss3 * sample_weight[r3]
+            e4, loss4 = e4 * sample_weight[r4], loss4 * sample_weight[r4]
         if t + 1 > last:  # rows past the last one count for nothing
             e2, loss2 = zero, 0.0
         if t + 2 > last:
@@ -118,7 +131,8 @@ def _single_output_pass(X, d, y, rows, first, count, w, kind, scale, fit_interce
 
 
 @inline
-def _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv_count, want_loss, want_grad):
+def _dense_pair(X, r1, r2, d, y, sample_weight, w, kind, n_out, scale, fit_intercept, M, g, inv_count, want_loss,
+                want_grad):
     """Two dense rows of a model with ``n_out`` outputs at once: two independent streams keep more
     memory reads in flight.
 
@@ -138,7 +152,9 @@ def _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv
         bias = w[n_out * d + c] if fit_intercept else zero
         M1[c] = s1 * scale + bias
         M2[c] = s2 * scale + bias
-    loss = _residual(kind, M1, n_out, y[r1], want_loss) + _residual(kind, M2, n_out, y[r2], want_loss)
+    loss1, loss2 = _residual(kind, M1, n_out, y[r1], want_loss), _residual(kind, M2, n_out, y[r2], want_loss)
+    if sample_weight is not None:
+        loss1, loss2 = _weigh(M1, n_out, sample_weight[r1], loss1), _weigh(M2, n_out, sample_weight[r2], loss2)
     if want_grad:
         for c in range(n_out):
             a1, a2 = M1[c] * (scale * inv_count), M2[c] * (scale * inv_count)
@@ -147,18 +163,21 @@ def _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv
                 grad[j] += a1 * x1[j] + a2 * x2[j]
             if fit_intercept:
                 g[n_out * d + c] += (M1[c] + M2[c]) * inv_count
-    return loss
+    return loss1 + loss2
 
 
 @function(fastmath=REDUCTION_MATH)
-def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, kind, n_out, scale, fit_intercept, M,
-                 g, want_loss, want_grad):
+def _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows, first, count, w, kind, n_out, scale,
+                 fit_intercept, M, g, want_loss, want_grad):
     """Mean loss of one client over ``count`` rows (when ``want_loss``), and its gradient into ``g``
     (when ``want_grad``).
 
     The rows are ``rows[:count]`` (global indices) when ``rows`` is not empty, else the client's
     contiguous rows ``first, ..., first + count - 1``. ``X`` is dense when ``dense``, else
-    ``data, indices, indptr`` hold CSR rows; ``d`` is the number of features. ``M`` is scratch
+    ``data, indices, indptr`` hold CSR rows; ``d`` is the number of features. ``sample_weight``
+    (by global row) multiplies each row's loss and residuals; None for no weights, and then Numba
+    compiles a variant without the branches that read it (the fused loops run exactly the
+    unweighted code). ``M`` is scratch
     of length ``2 n_out + 1``. Each row is read once for its margins and its gradient share;
     dense rows go by fours with one output (:func:`_single_output_pass`), else in pairs.
     """
@@ -168,15 +187,15 @@ def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, k
     if want_grad:
         g[:] = zero
     if dense and kind != SOFTMAX:
-        return _single_output_pass(X, d, y, rows, first, count, w, kind, scale, fit_intercept, g, inv_count, want_loss,
-                                   want_grad)
+        return _single_output_pass(X, d, y, sample_weight, rows, first, count, w, kind, scale, fit_intercept, g,
+                                   inv_count, want_loss, want_grad)
     total = 0.0
     t = 0
     if dense:
         while t + 1 < count:
             r1, r2 = _row(rows, first, t), _row(rows, first, t + 1)
-            total += _dense_pair(X, r1, r2, d, y, w, kind, n_out, scale, fit_intercept, M, g, inv_count, want_loss,
-                                 want_grad)
+            total += _dense_pair(X, r1, r2, d, y, sample_weight, w, kind, n_out, scale, fit_intercept, M, g,
+                                 inv_count, want_loss, want_grad)
             t += 2
     for tail in range(t, count):  # CSR rows, or the last dense row of an odd count
         r = _row(rows, first, tail)
@@ -190,7 +209,10 @@ def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, k
                 for k in range(indptr[r], indptr[r + 1]):
                     s += data[k] * w[c * d + indices[k]]
             M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
-        total += _residual(kind, M, n_out, y[r], want_loss)
+        loss = _residual(kind, M, n_out, y[r], want_loss)
+        if sample_weight is not None:
+            loss = _weigh(M, n_out, sample_weight[r], loss)
+        total += loss
         if want_grad:
             for c in range(n_out):
                 step = M[c] * (scale * inv_count)
@@ -208,9 +230,10 @@ def _client_pass(X, data, indices, indptr, dense, d, y, rows, first, count, w, k
 
 @kernel(fastmath=REDUCTION_MATH)
 def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, W, rows, kind, n_out, scale,
-                         fit_intercept, loss_out, grad_out):
+                         fit_intercept, sample_weight, loss_out, grad_out):
     """Per client (rows ``starts[i]:ends[i]`` or ``rows[i]``): ``M = scale * X_r @ coef.T + b``,
-    ``loss_out[i] = mean(loss(M))``, ``grad_out[i] = [scale * R.T @ X_r, R.sum(0)] / m``."""
+    ``loss_out[i] = mean(s_r * loss(M))``, ``grad_out[i] = [scale * R.T @ X_r, R.sum(0)] / m`` with
+    ``R = s_r * dloss/dM`` (``s_r = 1`` when ``sample_weight`` is None)."""
     n = starts.shape[0]
     want_loss, want_grad = loss_out.shape[0] > 0, grad_out.shape[0] > 0
     for i in prange(n):
@@ -219,8 +242,8 @@ def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, W,
         count = rows.shape[1] if rows.shape[1] > 0 else ends[i] - first
         M = np.empty(2 * n_out + 1, dtype=W.dtype)
         g = grad_out[i] if want_grad else M
-        loss = _client_pass(X, data, indices, indptr, dense, d, y, rows[i], first, count, w, kind, n_out, scale,
-                            fit_intercept, M, g, want_loss, want_grad)
+        loss = _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows[i], first, count, w, kind, n_out,
+                            scale, fit_intercept, M, g, want_loss, want_grad)
         if want_loss:
             loss_out[i] = loss
 
@@ -257,8 +280,8 @@ def _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_interc
             if following < n * steps:
                 _prefetch_rows(X, rows[following % steps, following // steps], count, d)
         g[:] = zero
-        _single_output_pass(X, d, y, rows[step, client], first, count, x, kind, scale, fit_intercept, g, inv_count,
-                            False, True)
+        _single_output_pass(X, d, y, None, rows[step, client], first, count, x, kind, scale, fit_intercept, g,
+                            inv_count, False, True)
         if prox_kind == SOFT:
             tau, factor = thetas[step, 0], thetas[step, 1]
             for j in range(z.shape[0]):
@@ -277,7 +300,8 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows
     """All of a round's local steps, client by client: for ``l < Q``, ``g = grad f_i(P[i]; rows[l, i])``,
     ``Z[i] -= lr_i * (g + D[i])``, ``P[i] = prox_l(Z[i])`` (separable prox of code ``prox_kind``
     with parameters ``thetas[l, i]``; IDENTITY copies). ``D`` may be empty (no shift). ``lr`` is
-    ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``: see :func:`_row_value`."""
+    ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``: see :func:`_row_value`.
+    No sample weights (weighted problems step through :func:`linear_oracle_kernel`)."""
     n, p = Z.shape
     for i in prange(n):
         first = starts[i]
@@ -292,8 +316,8 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows
         g = np.empty(p, dtype=Z.dtype)
         z = Z[i]
         for step in range(rows.shape[0]):
-            _client_pass(X, data, indices, indptr, dense, d, y, rows[step, i], first, count, P[i], kind, n_out, scale,
-                         fit_intercept, M, g, False, True)
+            _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, i], first, count, P[i], kind,
+                         n_out, scale, fit_intercept, M, g, False, True)
             for j in range(p):
                 z[j] -= rate * (g[j] + shift[j])
             _prox_block(prox_kind, theta[step], w, Z, i, 0, p, P)
@@ -342,7 +366,7 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
                           prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's iterations without gossip, node by node (see ``tracking_steps`` in :mod:`fedopt.kernels`);
     ``gammas``, ``one_minus_gammas``, ``alphas``, ``betas`` hold one value, or one per node; ``theta``
-    one row of prox parameters, or one per node."""
+    one row of prox parameters, or one per node. No sample weights."""
     n, p = P.shape
     for i in prange(n):
         node = np.int64(i)  # the parallel variant's loop index is unsigned
@@ -357,6 +381,6 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
         for step in range(rows.shape[0]):
             _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
             _prox_block(prox_kind, prox_theta, w, P, node, 0, p, P)
-            _client_pass(X, data, indices, indptr, dense, d, y, rows[step, node], first, count, x, kind, n_out, scale,
-                         fit_intercept, M, g, False, True)
+            _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, node], first, count, x, kind,
+                         n_out, scale, fit_intercept, M, g, False, True)
             _track(g, factor, tracking, beta, tracker, last)
