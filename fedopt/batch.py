@@ -90,6 +90,8 @@ class BatchProblem(_RunAxis):
         """``sum_i w_i v_{r,i}`` for every run ``r``: ``(R, n, p)`` to ``(R, 1, p)``."""
         return (self.problem._weights_device @ per_client)[:, None, :]
 
+    population_sum = average  # every client of a batched run takes part in every round
+
     def sample_rows(self, rngs, batch_size: int, steps: int | None = None) -> np.ndarray:
         """Every run's minibatch rows from its own generator: ``(R n, b)`` or ``(steps, R n, b)``."""
         shape = (self.n_clients, int(batch_size)) if steps is None else (int(steps), self.n_clients, int(batch_size))

@@ -390,7 +390,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         for t in range(1, rounds + 1):
             if converged():
                 break
-            state = method.round(state)
+            state = method.next_round(state)
             if not bool(problem.backend.xp.isfinite(state.x).all()):
                 diverged(f"the model has NaN or inf entries after round {t}", last_finite)
             if t % eval_every == 0 or t == rounds:

@@ -72,6 +72,23 @@ class Start:
         return cls(x, (w - x) / gamma)
 
 
+#: How a round's cohort is drawn: ``"uniform"`` without replacement, ``"weighted"`` by client weight.
+SAMPLING = ("uniform", "weighted")
+
+
+def _per_client(value, n_clients: int) -> bool:
+    """Whether a state entry is per-client: an ``(n_clients, p)`` array (server entries are ``(p,)``)."""
+    return getattr(value, "ndim", 0) == 2 and value.shape[0] == n_clients
+
+
+def _last_occurrences(clients) -> np.ndarray:
+    """Positions of each distinct client's last occurrence in ``clients``."""
+    if len(np.unique(clients)) == len(clients):
+        return np.arange(len(clients))
+    _, first_from_end = np.unique(clients[::-1], return_index=True)
+    return len(clients) - 1 - first_from_end
+
+
 def _positive(name, value):
     value = float(value)
     if not (value > 0 and math.isfinite(value)):
@@ -120,6 +137,10 @@ class Algorithm:
 
     def round(self, state: State) -> State:
         raise NotImplementedError
+
+    def next_round(self, state: State) -> State:
+        """One round as :func:`fedopt.run` takes it: :meth:`round` (methods with cohorts refine it)."""
+        return self.round(state)
 
     def check(self, problem, regularizer) -> None:
         """Refuse hyperparameters that the regularizer cannot take (``step * rho >= 1``)."""
@@ -253,8 +274,71 @@ class LocalStepsMethod(Algorithm):
     lr_local: float = 0.1
     lr_server: float = 1.0
     batch_size: int | None = 32
+    clients_per_round: int | float | None = None
+    sampling: str = "uniform"
+
+    def __post_init__(self):
+        super().__post_init__()
+        k = self.clients_per_round
+        if isinstance(k, float) and k > 1 and k == int(k):  # 100.0 from an expression: a count
+            object.__setattr__(self, "clients_per_round", k := int(k))
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int | float) or not k > 0 or
+                              (isinstance(k, float) and k > 1)):
+            raise ValueError(f"clients_per_round must be a count >= 1, a fraction in (0, 1] or None (every "
+                             f"client), got {k!r}")
+        if self.sampling not in SAMPLING:
+            raise ValueError(f"sampling must be one of {', '.join(map(repr, SAMPLING))}, got {self.sampling!r}")
 
     @property
     def effective_step(self) -> float:
         """``eta_hat = eta_a * eta_s * Q``: how far the server moves per unit of averaged direction."""
         return self.lr_local * self.lr_server * self.local_steps
+
+    # ---- partial participation: an extension beyond the papers, which analyse full participation
+    def cohort_size(self, n_clients: int) -> int:
+        """Clients per round out of a population of ``n_clients`` (all of them without ``clients_per_round``)."""
+        k = self.clients_per_round
+        size = n_clients if k is None else k if isinstance(k, int) else max(1, round(k * n_clients))
+        if size > n_clients:
+            raise ValueError(f"clients_per_round={k} is more than the {n_clients} clients; use at most {n_clients}")
+        return size
+
+    def batch_refusal(self) -> str | None:
+        if self.clients_per_round is not None:
+            return f"{self.name} with clients_per_round draws a cohort per run and round: its runs go one at a time"
+        return None
+
+    def next_round(self, state: State) -> State:
+        """One round with the clients sampled for it (partial participation), or with all of them.
+
+        With ``clients_per_round = S`` a round draws a cohort from the run's generator on the host
+        (before the minibatches, so every backend follows one trajectory), with
+        :meth:`~fedopt.problems.Problem.draw_cohort`: ``"uniform"``, ``S`` distinct clients, or
+        ``"weighted"``, ``S`` draws with replacement with probabilities ``w_i``. :meth:`round` then
+        runs unchanged on the cohort's view of the problem (:meth:`~fedopt.problems.Problem.cohort`:
+        only the cohort's rows are read, and its ``average`` is the aggregate below) and on the
+        cohort's rows of the per-client state. The clients that were not sampled keep their state
+        (corrections, control variates) as it is: the rule of SCAFFOLD's paper for its control
+        variates, and our extension for FedNMap's and FedCanon's corrections.
+
+        Aggregate of the messages ``v_i``: ``"weighted"`` averages them, ``(1/S) sum_k v_{i_k}``, an
+        unbiased estimate of ``sum_i w_i v_i``; ``"uniform"`` takes ``sum_{i in S} w_i v_i / sum_{i
+        in S} w_i``, unbiased for equal client weights (the papers' ``w_i = 1/n``) and a ratio
+        estimate (bias ``O(1/S)``) for unequal ones, where ``"weighted"`` is the unbiased choice.
+        ``clients_per_round = n`` with ``"uniform"`` is full participation exactly (no draw).
+        """
+        env = state.env
+        population = env.problem
+        n = population.n_clients
+        size = self.cohort_size(n)
+        if self.clients_per_round is None or (size == n and self.sampling == "uniform"):
+            return self.round(state)
+        clients, weights = population.draw_cohort(env.rng, size, self.sampling)
+        owned = {k: v for k, v in state.vars.items() if _per_client(v, n)}
+        cohort = replace(state, env=replace(env, problem=population.cohort(clients, weights)),
+                         vars={**state.vars, **{k: v[clients] for k, v in owned.items()}})
+        after = self.round(cohort)
+        last = _last_occurrences(clients)  # a client drawn twice keeps its last update
+        for name, values in owned.items():  # in place: a round touches only its cohort's rows
+            values[clients[last]] = after.vars[name][last]
+        return replace(after, env=env, vars={**after.vars, **owned})

@@ -17,6 +17,11 @@ class Scaffold(LocalStepsMethod):
     (eta_a Q)``; server ``x_{t+1} = x_t + eta_s sum_i w_i (x_i^Q - x_t)`` and
     ``c = c + sum_i w_i (c_i^+ - c_i)``. Two vectors go up (model and control deltas) and two
     down. There is no prox: a nonzero regularizer is refused.
+
+    Partial participation (``clients_per_round``) follows the SCAFFOLD paper: only the cohort
+    ``S`` updates its ``c_i``, the others keep theirs, and ``c = c + sum_{i in S} w_i (c_i^+ -
+    c_i)`` (its ``(1/N) sum_{i in S} Delta c_i`` with ``w_i = 1/N``), so ``c = sum_i w_i c_i`` stays
+    exact; the model moves by the cohort's aggregate (see :class:`LocalStepsMethod`).
     """
 
     name = "scaffold"
@@ -41,4 +46,4 @@ class Scaffold(LocalStepsMethod):
         x_next = x_t + self.lr_server * (problem.average(X) - x_t)
         costs = self.round_costs(problem, 0, 0, up=2, down=2)
         return replace(state, x=x_next, round=state.round + 1, costs=state.costs + costs,
-                       vars={"c": c + problem.average(c_new - c_clients), "c_clients": c_new})
+                       vars={"c": c + problem.population_sum(c_new - c_clients), "c_clients": c_new})

@@ -9,13 +9,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
+from fedopt.datasets._dataset import FederatedDataset
 from fedopt.datasets.loaders import _as_pixels, _pixel_storage
 
 # By name from the module: the package rebinds ``fedopt.datasets.partition`` to the function.
-from fedopt.datasets.partition import from_client_ids as _from_client_ids
 from fedopt.datasets.partition import partition as _split
 
 
@@ -140,9 +141,29 @@ def make_classification(n_samples: int = 1000, n_features: int = 20, n_classes: 
 
 
 # ------------------------------------------------------------------------------ FedProx synthetic
+#: Clients are generated in chunks of about this many feature values (rows times features), so that
+#: the temporaries stay near 16 MB per float64 array whatever the data set's size.
+_CHUNK_VALUES = 2**21
+#: ``keep_models=None`` keeps the local models in ``info`` while ``W`` has at most this many entries
+#: (128 MiB in float64); beyond it, they would take more memory than the features themselves.
+_KEEP_MODELS_MAX = 2**24
+
+
+class _Streams(NamedTuple):
+    """The generators each quantity is drawn from, every one consumed in client order."""
+
+    u: np.random.Generator
+    B: np.random.Generator
+    W: np.random.Generator
+    b: np.random.Generator
+    v: np.random.Generator
+    x: np.random.Generator
+
+
 def make_fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, n_clients: int = 30, n_features: int = 60,
                            n_classes: int = 10, seed=0, test_size: float | None = 0.2, iid: bool = False,
-                           min_samples: int = 50, max_samples: int = 2000):
+                           min_samples: int = 50, max_samples: int = 2000, *, samples_per_client: int | None = None,
+                           dtype="float64", keep_models: bool | None = None):
     """The synthetic(alpha, beta) data of FedProx (Li et al., MLSys 2020, section 5.1), one model per client.
 
     Parameters
@@ -162,14 +183,27 @@ def make_fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, n_clients: int
         feature distribution ``x ~ N(0, Sigma)`` (``v_k = 0``); ``alpha`` and ``beta`` play no role.
     min_samples, max_samples : int
         Client ``k`` draws ``m_k = min(int(exp(N(4, 2^2))) + min_samples, max_samples)`` samples
-        (train and test together).
+        (train and test together). Unused when ``samples_per_client`` is given.
+    samples_per_client : int or None
+        Extension beyond the paper, for large populations: every client gets exactly this many
+        samples (train and test together; with ``test_size`` each client keeps
+        ``m - min(round(test_size * m), m - 1)`` for training). None draws the paper's sizes.
+    dtype : {"float64", "float32"}
+        Storage of ``X`` and ``X_test`` (extension beyond the paper). The features are drawn in
+        float64 and rounded; the labels are the argmax of the client's model at the stored features.
+    keep_models : bool or None
+        Keep every client's model in ``info`` (``W`` alone is ``n_clients * n_classes *
+        n_features`` float64 values: 1.6 GB for a million clients in 20 dimensions). None keeps them
+        while ``W`` has at most 2**24 entries.
 
     Returns
     -------
     FederatedDataset
-        Classes ``0..n_classes-1`` (every code, even one no sample has); ``info`` holds the local
-        models ``W`` (n_clients, n_classes, n_features), ``b`` (n_clients, n_classes) and the feature
-        means ``v`` (n_clients, n_features).
+        Classes ``0..n_classes-1`` (every code, even one no sample has); client ``k`` is the ``k``-th
+        client. ``info`` holds ``alpha``, ``beta``, ``iid``, ``samples_per_client``, ``client_ids``
+        (``0..n_clients-1``) and, when the models are kept, the local models ``W`` (n_clients,
+        n_classes, n_features), ``b`` (n_clients, n_classes) and the feature means ``v`` (n_clients,
+        n_features), in float64.
 
     Notes
     -----
@@ -185,52 +219,142 @@ def make_fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, n_clients: int
     Because ``u_k`` shifts every logit of a sample by the same amount ``u_k (sum_j x_j + 1)``, it
     cancels in the argmax: ``alpha`` changes the local models but not the distribution of the data
     ``(x, y)``. The data's heterogeneity comes from the independent local models and from ``beta``.
+
+    The clients are generated in chunks (vectorized within a chunk) and written into preallocated
+    client-major arrays, so the peak memory is the final arrays plus one chunk of about 2**21
+    feature values (and the models while they are kept, or with the paper's sizes). The data do
+    not depend on the chunks: every quantity is drawn from its own generator in client order. With
+    the paper's sizes (``samples_per_client=None``) one generator draws the sizes, then every
+    client's ``u, B, W, b, v``, then the samples client after client, so a seed gives the data it
+    always gave. With ``samples_per_client`` (extension beyond the paper) the seed's generator
+    spawns six independent ones for ``u, B, W, b, v`` and the samples, so the models are drawn
+    chunk by chunk too: a million clients of 20 samples in 20 dimensions, in float32, take about
+    the 1.6 GB of their features.
     """
     n_clients = _check_count(n_clients, "n_clients")
     n_features = _check_count(n_features, "n_features")
     n_classes = _check_count(n_classes, "n_classes", low=2)
     min_samples = _check_count(min_samples, "min_samples", low=2 if test_size else 1)
     max_samples = _check_count(max_samples, "max_samples", low=min_samples)
+    if samples_per_client is not None:
+        samples_per_client = _check_count(samples_per_client, "samples_per_client", low=2 if test_size else 1)
     for value, name in ((alpha, "alpha"), (beta, "beta")):
         if not (value >= 0 and np.isfinite(value)):
             raise ValueError(f"{name} must be a finite variance >= 0, got {value!r}")
     if test_size is not None and not 0 <= test_size < 1:
         raise ValueError(f"test_size must be a fraction in [0, 1), got {test_size!r}")
+    store = np.dtype(dtype) if isinstance(dtype, (str, type, np.dtype)) else None
+    if store not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    if keep_models is None:
+        keep_models = n_clients * n_classes * n_features <= _KEEP_MODELS_MAX
     rng = np.random.default_rng(seed)
-    sizes = np.minimum(rng.lognormal(4.0, 2.0, n_clients).astype(np.int64) + min_samples, max_samples)
-    W, b, v = _fedprox_models(rng, alpha, beta, n_clients, n_features, n_classes, iid)
+    if samples_per_client is None:  # the paper's layout: one generator draws everything in turn
+        sizes = np.minimum(rng.lognormal(4.0, 2.0, n_clients).astype(np.int64) + min_samples, max_samples)
+        streams = _Streams(*[rng] * 6)
+    else:
+        sizes = np.full(n_clients, samples_per_client, dtype=np.int64)
+        streams = _Streams(*rng.spawn(6))
+    shared = (streams.W.standard_normal((n_classes, n_features)), streams.b.standard_normal(n_classes)) if iid else None
+    # With the paper's sizes every model comes before the first sample in the one generator.
+    models = (_fedprox_models(streams, alpha, beta, n_clients, n_features, n_classes, shared)
+              if samples_per_client is None else None)
+    n_test = np.minimum(np.rint((test_size or 0) * sizes).astype(np.int64), sizes - 1)
+    train_offsets = np.concatenate([[0], np.cumsum(sizes - n_test)])
+    test_offsets = np.concatenate([[0], np.cumsum(n_test)])
+    X = np.empty((train_offsets[-1], n_features), store)
+    y = np.empty(train_offsets[-1], np.int64)
+    X_test = np.empty((test_offsets[-1], n_features), store)
+    y_test = np.empty(test_offsets[-1], np.int64)
+    kept = (np.empty((n_clients, n_classes, n_features)), np.empty((n_clients, n_classes)),
+            np.empty((n_clients, n_features))) if keep_models and models is None else None
     sd = np.arange(1, n_features + 1) ** -0.6  # sqrt of Sigma_jj = j^-1.2
-    train, test = [], []
-    for k, m in enumerate(sizes):
-        x = v[k] + sd * rng.standard_normal((m, n_features))
-        y = np.argmax(x @ W[k].T + b[k], axis=1)  # softmax is monotone: its argmax is the logits'
-        n_test = min(round((test_size or 0) * m), m - 1)
-        train.append((x[: m - n_test], y[: m - n_test], np.full(m - n_test, k)))
-        test.append((x[m - n_test:], y[m - n_test:]))
-    X, y, clients = (np.concatenate(parts) for parts in zip(*train, strict=True))
+    for lo, hi in _chunks(sizes, max(1, _CHUNK_VALUES // n_features)):
+        if models is None:
+            W, b, v = _fedprox_models(streams, alpha, beta, hi - lo, n_features, n_classes, shared)
+            if kept is not None:
+                for whole, part in zip(kept, (W, b, v), strict=True):
+                    whole[lo:hi] = part
+        else:
+            W, b, v = (part[lo:hi] for part in models)
+        m = sizes[lo:hi]
+        x = np.repeat(v, m, axis=0) + sd * streams.x.standard_normal((m.sum(), n_features))
+        x = x.astype(store, copy=False)
+        labels = _fedprox_chunk_labels(x, W, b, m)
+        train, test = slice(train_offsets[lo], train_offsets[hi]), slice(test_offsets[lo], test_offsets[hi])
+        _split_clients(x, labels, m, n_test[lo:hi], (X[train], y[train]), (X_test[test], y_test[test]))
     name = f"fedprox_synthetic_iid/{n_clients}" if iid else f"fedprox_synthetic({alpha},{beta})/{n_clients}"
-    ds = _from_client_ids(X, y, clients, task="classification", name=name)
-    X_test, y_test = (np.concatenate(parts) for parts in zip(*test, strict=True))
+    info = {"client_ids": np.arange(n_clients), "alpha": alpha, "beta": beta, "iid": iid,
+            "samples_per_client": samples_per_client}
+    if keep_models:
+        info.update(zip("Wbv", models if models is not None else kept, strict=True))
     has_test = len(y_test) > 0
     # Codes are the argmax indices themselves, so that every class keeps its index even when no
     # sample (or no training sample) falls in it.
-    return dataclasses.replace(ds, y=ds.classes[ds.y], classes=np.arange(n_classes),
-                               X_test=X_test if has_test else None, y_test=y_test if has_test else None,
-                               info={**ds.info, "W": W, "b": b, "v": v, "alpha": alpha, "beta": beta, "iid": iid})
+    return FederatedDataset(X, y, train_offsets, X_test if has_test else None, y_test if has_test else None,
+                            classes=np.arange(n_classes), name=name, info=info)
 
 
-def _fedprox_models(rng, alpha, beta, n_clients, n_features, n_classes, iid):
-    """Every client's ``W_k``, ``b_k`` and feature mean ``v_k``, drawn as in FedProx."""
-    if iid:
-        W = np.broadcast_to(rng.standard_normal((n_classes, n_features)), (n_clients, n_classes, n_features))
-        b = np.broadcast_to(rng.standard_normal(n_classes), (n_clients, n_classes))
-        return W.copy(), b.copy(), np.zeros((n_clients, n_features))
-    u = np.sqrt(alpha) * rng.standard_normal(n_clients)
-    B = np.sqrt(beta) * rng.standard_normal(n_clients)
-    W = u[:, None, None] + rng.standard_normal((n_clients, n_classes, n_features))
-    b = u[:, None] + rng.standard_normal((n_clients, n_classes))
-    v = B[:, None] + rng.standard_normal((n_clients, n_features))
+def _chunks(sizes: np.ndarray, rows: int):
+    """``(lo, hi)`` client ranges of about ``rows`` rows each: a chunk holds the clients whose first
+    row falls in its window of ``rows`` rows, so it has at least one client and fewer rows than
+    ``rows`` plus its last client's."""
+    starts = np.cumsum(sizes) - sizes
+    edges = np.unique(np.searchsorted(starts, np.arange(0, starts[-1] + sizes[-1], rows)))
+    edges = edges[edges < len(sizes)].tolist()
+    return zip(edges, [*edges[1:], len(sizes)], strict=True)
+
+
+def _split_clients(x, labels, sizes, n_test, train, test):
+    """Write the first ``sizes - n_test`` rows of every client into ``train`` and the others into
+    ``test`` (pairs of preallocated features and labels, client-major)."""
+    if (sizes == sizes[0]).all() and (n_test == n_test[0]).all():  # equal clients: strided copies
+        clients, m, t = len(sizes), sizes[0], n_test[0]
+        for (X, y), rows in zip((train, test), (slice(0, m - t), slice(m - t, m)), strict=True):
+            X.reshape(clients, -1, x.shape[1])[:] = x.reshape(clients, m, -1)[:, rows]
+            y.reshape(clients, -1)[:] = labels.reshape(clients, m)[:, rows]
+        return
+    held = np.arange(len(x)) - np.repeat(np.cumsum(sizes) - sizes, sizes) >= np.repeat(sizes - n_test, sizes)
+    for (X, y), rows in zip((train, test), (~held, held), strict=True):
+        X[:] = x[rows]
+        y[:] = labels[rows]
+
+
+def _fedprox_models(streams: _Streams, alpha, beta, n_clients, n_features, n_classes, shared=None):
+    """The next ``n_clients`` clients' ``W_k``, ``b_k`` and feature mean ``v_k``, drawn as in FedProx.
+
+    ``u``, ``B``, ``W``, ``b`` and ``v`` come from their streams in this order, each in client
+    order; with ``shared = (W, b)`` (synthetic_iid) every client gets that model and ``v_k = 0``.
+    """
+    if shared is not None:
+        W, b = shared
+        return (np.broadcast_to(W, (n_clients, *W.shape)).copy(), np.broadcast_to(b, (n_clients, *b.shape)).copy(),
+                np.zeros((n_clients, n_features)))
+    u = np.sqrt(alpha) * streams.u.standard_normal(n_clients)
+    B = np.sqrt(beta) * streams.B.standard_normal(n_clients)
+    W = u[:, None, None] + streams.W.standard_normal((n_clients, n_classes, n_features))
+    b = u[:, None] + streams.b.standard_normal((n_clients, n_classes))
+    v = B[:, None] + streams.v.standard_normal((n_clients, n_features))
     return W, b, v
+
+
+def _fedprox_labels(x, W, b):
+    """``argmax (W x + b)`` of every row of ``x`` (softmax is monotone: its argmax is the logits').
+
+    ``x`` (..., m, n_features) with ``W`` (..., n_classes, n_features) and ``b`` (..., n_classes): one
+    client, or a stack of equal-sized clients (one matrix product per client either way).
+    """
+    return np.argmax(np.matmul(x, W.swapaxes(-1, -2)) + b[..., None, :], axis=-1)
+
+
+def _fedprox_chunk_labels(x, W, b, sizes):
+    """The labels of a chunk's rows ``x`` (client-major, ``sizes`` rows per client), in float64."""
+    x = x.astype(np.float64, copy=False)
+    if (sizes == sizes[0]).all():
+        return _fedprox_labels(x.reshape(len(sizes), sizes[0], x.shape[1]), W, b).ravel()
+    starts = (np.cumsum(sizes) - sizes).tolist()
+    return np.concatenate([_fedprox_labels(x[s:s + m], W[k], b[k])
+                           for k, (s, m) in enumerate(zip(starts, sizes.tolist(), strict=True))])
 
 
 # ------------------------------------------------------------------------------------ MNIST-like

@@ -107,7 +107,8 @@ class _FederatedEstimator(BaseEstimator):
         # no client draws more samples per step than the largest client holds (tiny data sets)
         batch = None if self.batch_size is None else min(self.batch_size, int(problem.dataset.client_sizes.max()))
         steps = {"local_steps": self.local_steps, "lr_local": lr_local, "lr_server": self.lr_server,
-                 "gamma": gamma, "batch_size": batch}
+                 "gamma": gamma, "batch_size": batch, "clients_per_round": self.clients_per_round,
+                 "sampling": self.sampling}
         accepted = _accepted(self.algorithm)
         steps = {name: value for name, value in steps.items() if name in accepted}
         resume = self._resumable(problem) if partial else None

@@ -92,6 +92,14 @@ class FederatedLasso(_FederatedRegressor):
         ``lr_local * lr_server * local_steps``) and ``lr_server = 1``.
     batch_size : int or None, default None
         Samples per local gradient; None uses each client's full data (exact convergence).
+    clients_per_round : int, float or None, default None
+        Partial participation, an extension beyond the papers: the clients that take part in a
+        round, a count or a fraction of ``n_clients``, drawn anew each round; None: all of them.
+        The others keep their corrections; the method then stalls at a sampling noise floor, as
+        with minibatches.
+    sampling : {"uniform", "weighted"}, default "uniform"
+        How a round's clients are drawn: distinct and equally likely, or with replacement in
+        proportion to their weights (see :meth:`fedopt.algorithms.LocalStepsMethod.next_round`).
     max_rounds : int, default 10000
         Most communication rounds; ending there before ``tol`` is met warns with
         :class:`~sklearn.exceptions.ConvergenceWarning`.
@@ -137,7 +145,8 @@ class FederatedLasso(_FederatedRegressor):
 
     def __init__(self, alpha=1.0, *, algorithm="fednmap", n_clients=10, partition="iid", client_weights="samples",
                  fit_intercept=True, local_steps=10, lr_local=None, lr_server=1.0, gamma=None, batch_size=None,
-                 max_rounds=10000, tol=1e-7, eval_every=10, warm_start=False, backend="auto", random_state=None):
+                 clients_per_round=None, sampling="uniform", max_rounds=10000, tol=1e-7, eval_every=10,
+                 warm_start=False, backend="auto", random_state=None):
         self.alpha = alpha
         self.algorithm = algorithm
         self.n_clients = n_clients
@@ -149,6 +158,8 @@ class FederatedLasso(_FederatedRegressor):
         self.lr_server = lr_server
         self.gamma = gamma
         self.batch_size = batch_size
+        self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.max_rounds = max_rounds
         self.tol = tol
         self.eval_every = eval_every
@@ -176,7 +187,7 @@ class FederatedElasticNet(_FederatedRegressor):
     alpha : float, default 1.0
     l1_ratio : float in [0, 1], default 0.5
     algorithm, n_clients, partition, client_weights, fit_intercept, local_steps, lr_local, lr_server, gamma, \
-batch_size, max_rounds, tol, eval_every, warm_start, backend, random_state
+batch_size, clients_per_round, sampling, max_rounds, tol, eval_every, warm_start, backend, random_state
         As in :class:`FederatedLasso`.
 
     Attributes
@@ -187,8 +198,8 @@ batch_size, max_rounds, tol, eval_every, warm_start, backend, random_state
 
     def __init__(self, alpha=1.0, *, l1_ratio=0.5, algorithm="fednmap", n_clients=10, partition="iid",
                  client_weights="samples", fit_intercept=True, local_steps=10, lr_local=None, lr_server=1.0,
-                 gamma=None, batch_size=None, max_rounds=10000, tol=1e-7, eval_every=10, warm_start=False,
-                 backend="auto", random_state=None):
+                 gamma=None, batch_size=None, clients_per_round=None, sampling="uniform", max_rounds=10000, tol=1e-7,
+                 eval_every=10, warm_start=False, backend="auto", random_state=None):
         self.alpha = alpha
         self.l1_ratio = l1_ratio
         self.algorithm = algorithm
@@ -201,6 +212,8 @@ batch_size, max_rounds, tol, eval_every, warm_start, backend, random_state
         self.lr_server = lr_server
         self.gamma = gamma
         self.batch_size = batch_size
+        self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.max_rounds = max_rounds
         self.tol = tol
         self.eval_every = eval_every
@@ -235,7 +248,7 @@ class FederatedSparseRegressor(_FederatedRegressor):
     concavity : float or None
         MCP's ``gamma`` (default 3, skglm's) or SCAD's ``a`` (default 3.7).
     algorithm, n_clients, partition, client_weights, fit_intercept, local_steps, lr_local, lr_server, gamma, \
-batch_size, max_rounds, tol, eval_every, warm_start, backend, random_state
+batch_size, clients_per_round, sampling, max_rounds, tol, eval_every, warm_start, backend, random_state
         As in :class:`FederatedLasso`.
 
     Attributes
@@ -244,10 +257,10 @@ batch_size, max_rounds, tol, eval_every, warm_start, backend, random_state
         As in :class:`FederatedLasso`.
     """
 
-    def __init__(self, alpha=1.0, *, penalty="mcp", concavity=None, algorithm="fednmap", n_clients=10,
-                 partition="iid", client_weights="samples", fit_intercept=True, local_steps=10, lr_local=None,
-                 lr_server=1.0, gamma=None, batch_size=None, max_rounds=10000, tol=1e-7, eval_every=10,
-                 warm_start=False, backend="auto", random_state=None):
+    def __init__(self, alpha=1.0, *, penalty="mcp", concavity=None, algorithm="fednmap", n_clients=10, partition="iid",
+                 client_weights="samples", fit_intercept=True, local_steps=10, lr_local=None, lr_server=1.0,
+                 gamma=None, batch_size=None, clients_per_round=None, sampling="uniform", max_rounds=10000, tol=1e-7,
+                 eval_every=10, warm_start=False, backend="auto", random_state=None):
         self.alpha = alpha
         self.penalty = penalty
         self.concavity = concavity
@@ -261,6 +274,8 @@ batch_size, max_rounds, tol, eval_every, warm_start, backend, random_state
         self.lr_server = lr_server
         self.gamma = gamma
         self.batch_size = batch_size
+        self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.max_rounds = max_rounds
         self.tol = tol
         self.eval_every = eval_every
@@ -306,7 +321,7 @@ class FederatedLogisticRegression(ClassifierMixin, _FederatedLinear):
         MCP's ``gamma`` (default 3) or SCAD's ``a`` (default 3.7).
     fit_intercept : bool, default True
     algorithm, n_clients, partition, client_weights, local_steps, lr_local, lr_server, gamma, batch_size, \
-max_rounds, eval_every, warm_start, backend, random_state
+clients_per_round, sampling, max_rounds, eval_every, warm_start, backend, random_state
         As in :class:`FederatedLasso`; a ``rho``-weakly convex penalty (MCP, SCAD) caps the default
         ``gamma`` at ``1 / (2 rho)``.
     tol : float, default 1e-7
@@ -333,8 +348,8 @@ max_rounds, eval_every, warm_start, backend, random_state
 
     def __init__(self, alpha=1e-2, *, penalty="l1", l1_ratio=0.5, concavity=None, fit_intercept=True,
                  algorithm="fednmap", n_clients=10, partition="iid", client_weights="samples", local_steps=10,
-                 lr_local=None, lr_server=1.0, gamma=None, batch_size=None, max_rounds=10000, tol=1e-7,
-                 eval_every=10, warm_start=False, backend="auto", random_state=None):
+                 lr_local=None, lr_server=1.0, gamma=None, batch_size=None, clients_per_round=None, sampling="uniform",
+                 max_rounds=10000, tol=1e-7, eval_every=10, warm_start=False, backend="auto", random_state=None):
         self.alpha = alpha
         self.penalty = penalty
         self.l1_ratio = l1_ratio
@@ -349,6 +364,8 @@ max_rounds, eval_every, warm_start, backend, random_state
         self.lr_server = lr_server
         self.gamma = gamma
         self.batch_size = batch_size
+        self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.max_rounds = max_rounds
         self.tol = tol
         self.eval_every = eval_every

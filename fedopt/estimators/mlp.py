@@ -77,8 +77,8 @@ class FederatedMLPClassifier(ClassifierMixin, _FederatedMLP):
     hidden_layer_size : int, default 64
     alpha : float, default 1e-4
     l1_ratio : float in [0, 1], default 0.5
-    algorithm, n_clients, partition, client_weights, local_steps, lr_server, batch_size, eval_every, warm_start, \
-backend, random_state
+    algorithm, n_clients, partition, client_weights, local_steps, lr_server, clients_per_round, sampling, \
+eval_every, warm_start, backend, random_state
         As in :class:`~fedopt.estimators.FederatedLasso` (``random_state`` also draws the
         initial weights, PyTorch's default initialisation).
     lr_local : float or None
@@ -110,8 +110,8 @@ backend, random_state
 
     def __init__(self, hidden_layer_size=64, alpha=1e-4, l1_ratio=0.5, *, algorithm="fednmap", n_clients=10,
                  partition="iid", client_weights="samples", local_steps=10, lr_local=None, lr_server=1.0, gamma=4.0,
-                 batch_size=32, max_rounds=500, tol=3e-3, eval_every=10, warm_start=False, backend="auto",
-                 random_state=None):
+                 batch_size=32, clients_per_round=None, sampling="uniform", max_rounds=500, tol=3e-3, eval_every=10,
+                 warm_start=False, backend="auto", random_state=None):
         self.hidden_layer_size = hidden_layer_size
         self.alpha = alpha
         self.l1_ratio = l1_ratio
@@ -124,6 +124,8 @@ backend, random_state
         self.lr_server = lr_server
         self.gamma = gamma
         self.batch_size = batch_size
+        self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.max_rounds = max_rounds
         self.tol = tol
         self.eval_every = eval_every
@@ -176,7 +178,7 @@ class FederatedMLPRegressor(RegressorMixin, _FederatedMLP):
     Parameters
     ----------
     hidden_layer_size, alpha, l1_ratio, algorithm, n_clients, partition, client_weights, local_steps, lr_server, \
-gamma, eval_every, warm_start, backend, random_state
+gamma, clients_per_round, sampling, eval_every, warm_start, backend, random_state
         As in :class:`FederatedMLPClassifier`.
     batch_size : int or None, default None
         Full local gradients: the run converges to a stationary point instead of stalling at a
@@ -202,8 +204,8 @@ gamma, eval_every, warm_start, backend, random_state
 
     def __init__(self, hidden_layer_size=64, alpha=1e-4, l1_ratio=0.5, *, algorithm="fednmap", n_clients=10,
                  partition="iid", client_weights="samples", local_steps=10, lr_local=None, lr_server=1.0, gamma=4.0,
-                 batch_size=None, max_rounds=2000, tol=1e-4, eval_every=10, warm_start=False, backend="auto",
-                 random_state=None):
+                 batch_size=None, clients_per_round=None, sampling="uniform", max_rounds=2000, tol=1e-4, eval_every=10,
+                 warm_start=False, backend="auto", random_state=None):
         self.hidden_layer_size = hidden_layer_size
         self.alpha = alpha
         self.l1_ratio = l1_ratio
@@ -216,6 +218,8 @@ gamma, eval_every, warm_start, backend, random_state
         self.lr_server = lr_server
         self.gamma = gamma
         self.batch_size = batch_size
+        self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.max_rounds = max_rounds
         self.tol = tol
         self.eval_every = eval_every

@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from fedopt._backend import Backend, get_backend
 from fedopt.datasets import FederatedDataset
+from fedopt.kernels import client_bounds
 from fedopt.kernels.cpu.sampling import minibatch_rows
 from fedopt.problems._arguments import PointArguments
 
@@ -185,6 +186,49 @@ class Problem(PointArguments):
         view._no_rows = np.empty((view.n_clients, 0), dtype=np.int64)
         return view
 
+    def draw_cohort(self, rng: np.random.Generator, size: int, sampling: str = "uniform"):
+        """One round's cohort: ``(clients, aggregation weights)``, ``size`` client indices (sorted)
+        drawn from ``rng``, and the weights ``a_k`` of :meth:`average` on their view.
+
+        ``"uniform"``: ``size`` distinct clients, each set equally likely; ``a_k = w_{i_k} / sum_S w``.
+        ``"weighted"``: ``size`` draws with replacement, client ``i`` with probability ``w_i``;
+        ``a_k = 1 / size``. See :meth:`fedopt.algorithms.LocalStepsMethod.next_round` for what each
+        estimates. Costs ``O(size log n)``, not ``O(n)`` (partial participation is an extension
+        beyond the papers).
+        """
+        n = self.n_clients
+        if sampling == "uniform":
+            clients = np.sort(rng.choice(n, size, replace=False))
+            share = self.weights[clients]
+            return clients, share / share.sum()
+        if sampling != "weighted":
+            raise ValueError(f"sampling must be 'uniform' or 'weighted', got {sampling!r}")
+        if getattr(self, "_cumulative_weights", None) is None:
+            self._cumulative_weights = np.cumsum(self.weights)
+        cumulative = self._cumulative_weights
+        clients = np.sort(np.minimum(np.searchsorted(cumulative, rng.random(size) * cumulative[-1], side="right"),
+                                     n - 1))
+        return clients, np.full(size, 1.0 / size)
+
+    def cohort(self, clients, weights):
+        """The view of this problem that one round of partial participation sees: client ``k`` of the
+        view is client ``clients[k]`` (a client may repeat), :meth:`average` weighs it ``weights[k]``,
+        and :meth:`population_sum` by its own weight ``w_i`` (counted once). Only the cohort's rows
+        are read; the data stay shared."""
+        starts, ends = client_bounds(self._offsets)
+        view = copy.copy(self)
+        view._offsets = np.stack([starts[clients], ends[clients]])
+        view._starts = view._offsets[0]
+        view._client_sizes = self._client_sizes[clients]
+        view._no_rows = np.empty((len(clients), 0), dtype=np.int64)
+        xp = self.backend.xp
+        view._weights_device = xp.asarray(weights, dtype=self.dtype)
+        once = np.zeros(len(clients))
+        last = len(clients) - 1 - np.unique(clients[::-1], return_index=True)[1]
+        once[last] = self.weights[clients[last]]
+        view._population_weights = xp.asarray(once, dtype=self.dtype)
+        return view
+
     # ------------------------------------------------------------------ sizes
     @property
     def n_clients(self) -> int:
@@ -298,8 +342,16 @@ class Problem(PointArguments):
                              f"({self.n_clients}, {self.n_params}), got {out.dtype} {tuple(out.shape)}")
 
     def average(self, per_client):
-        """``sum_i w_i v_i``: the weighted average over the client axis (the server's aggregation)."""
+        """``sum_i w_i v_i``: the weighted average over the client axis (the server's aggregation; on
+        a :meth:`cohort` view, the cohort's aggregate)."""
         return self._weights_device @ per_client
+
+    def population_sum(self, per_client):
+        """``sum_i w_i v_i`` over this view's clients with their own weights: on a :meth:`cohort`,
+        the change of ``sum_i w_i v_i`` over all clients when only the cohort's ``v_i`` changed
+        (SCAFFOLD's server control variate); on the whole population, :meth:`average`."""
+        weights = getattr(self, "_population_weights", None)
+        return self.average(per_client) if weights is None else weights @ per_client
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.dataset!r}, p={self.n_params}, dtype={self.dtype}, "

@@ -613,6 +613,8 @@ class Experiment:
             merged[key] = self._expression(text, names, where(origin[key]))  # raises with the reason
         resolved = {"name": name}
         for key, default in defaults.items():
+            if key in LATER_OPTIONS and key not in merged:
+                continue
             value = merged.get(key, default)
             if _is_int(default) and _is_number(value) and not isinstance(value, bool):
                 if value != int(value):
@@ -734,10 +736,10 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-#: Options added after stores were written, recorded only when a run sets them: recording their
-#: defaults would change the key of every stored run that has them, and a resumed sweep would
-#: run those again.
-LATER_OPTIONS = frozenset({"loss"})  # MLP(loss="cross_entropy")
+#: Options (of problems and methods) added after stores were written, recorded only when a run
+#: sets them: recording their defaults would change the key of every stored run that has them,
+#: and a resumed sweep would run those again.
+LATER_OPTIONS = frozenset({"loss", "clients_per_round", "sampling"})  # MLP's loss; cohorts of the server methods
 
 
 @functools.cache

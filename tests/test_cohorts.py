@@ -1,0 +1,162 @@
+"""Partial participation (an extension beyond the papers): cohorts drawn per round, unsampled clients'
+state kept, SCAFFOLD's control-variate rule, unbiased aggregates, cohort-sized rounds."""
+
+import copy
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import StandardScaler
+
+import fedopt
+from fedopt import regularizers as R
+from fedopt.datasets import partition
+from fedopt.estimators import FederatedLasso
+from fedopt.problems import LeastSquares, Logistic
+
+COHORT_METHODS = ["fednmap", "fedcanon", "fedcanon2", "zhang", "scaffold", "fedavg", "fedmid", "fedda"]
+
+
+def problem(backend="numba", weights="samples", n_clients=12):
+    X, y = load_breast_cancer(return_X_y=True)
+    data = partition(StandardScaler().fit_transform(X), y, n_clients, "dirichlet", seed=0)
+    return Logistic(data, weights=weights, backend=backend)
+
+
+def regularizer(name):
+    return None if name == "scaffold" else R.L1(1e-3)
+
+
+def options(name, **extra):
+    return {"lr_local": 0.05, "local_steps": 3, "batch_size": 8, **({"gamma": 0.5} if name == "fednmap" else {}),
+            **extra}
+
+
+def first_round(method, prob, seed=3):
+    """The state after one round, and the cohort that round drew (from a copy of the run's generator)."""
+    rng = np.random.default_rng(seed)
+    state = method.init(prob, regularizer(method.name) or R.Zero(), rng, None)
+    state = method.next_round(state)  # a first round: corrections become nonzero
+    size = method.cohort_size(prob.n_clients)
+    clients, _ = prob.draw_cohort(copy.deepcopy(state.env.rng), size, method.sampling)
+    return state, clients
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("name", COHORT_METHODS)
+def test_a_cohort_of_everyone_is_full_participation(name, backend):
+    prob = problem(backend)
+    full = fedopt.run(name, prob, regularizer(name), rounds=4, seed=1, **options(name))
+    everyone = fedopt.run(name, prob, regularizer(name), rounds=4, seed=1, **options(name, clients_per_round=12))
+    fraction = fedopt.run(name, prob, regularizer(name), rounds=4, seed=1, **options(name, clients_per_round=1.0))
+    np.testing.assert_array_equal(everyone.x, full.x)
+    np.testing.assert_array_equal(fraction.x, full.x)
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "weighted"])
+@pytest.mark.parametrize("name", ["fednmap", "fedcanon", "scaffold"])
+def test_clients_outside_the_cohort_keep_their_state(name, sampling):
+    prob = problem()
+    method = fedopt.algorithms.make(name, **options(name, clients_per_round=4, sampling=sampling))
+    state, clients = first_round(method, prob)
+    key = "c_clients" if name == "scaffold" else "c"
+    before = state.vars[key].copy()
+    after = method.next_round(state)
+    others = np.setdiff1d(np.arange(prob.n_clients), clients)
+    np.testing.assert_array_equal(after.vars[key][others], before[others])
+    assert not np.allclose(after.vars[key][clients], before[clients])
+    assert after.costs.grad_evals - state.costs.grad_evals == len(clients) * method.local_steps
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "weighted"])
+def test_scaffold_server_control_variate_stays_the_weighted_sum(sampling):
+    prob = problem()
+    result = fedopt.run("scaffold", prob, rounds=30, seed=2, eval_every=10,
+                        **options("scaffold", clients_per_round=3, sampling=sampling))
+    c, c_clients = result.state.vars["c"], result.state.vars["c_clients"]
+    np.testing.assert_allclose(c, prob.weights @ c_clients, atol=1e-14)
+    assert np.abs(c).max() > 1e-3
+
+
+def test_only_the_cohorts_rows_are_read():
+    """NaN in every client outside the cohort leaves the round finite: their rows are never read."""
+    prob = problem(n_clients=12)
+    method = fedopt.algorithms.make("fednmap", **options("fednmap", clients_per_round=4))
+    state, clients = first_round(method, prob)
+    others = np.setdiff1d(np.arange(prob.n_clients), clients)
+    for i in others:
+        prob._X[prob.dataset.offsets[i]:prob.dataset.offsets[i + 1]] = np.nan
+    assert np.isfinite(method.next_round(state).x).all()
+
+
+def test_aggregates_are_unbiased():
+    prob = problem(n_clients=12)  # sample-count weights: unequal
+    values = np.random.default_rng(0).normal(size=(12, 3))
+    exact = prob.weights @ values
+    rng = np.random.default_rng(1)
+
+    def aggregate(prob, sampling):
+        clients, weights = prob.draw_cohort(rng, 4, sampling)
+        return prob.cohort(clients, weights).average(values[clients])
+
+    weighted = np.mean([aggregate(prob, "weighted") for _ in range(20_000)], axis=0)
+    np.testing.assert_allclose(weighted, exact, atol=0.02)
+    equal = problem(weights="uniform", n_clients=12)
+    uniform = np.mean([aggregate(equal, "uniform") for _ in range(20_000)], axis=0)
+    np.testing.assert_allclose(uniform, equal.weights @ values, atol=0.02)
+
+
+def test_weighted_sampling_follows_the_client_weights():
+    prob = problem(n_clients=12)
+    rng = np.random.default_rng(0)
+    draws = np.concatenate([prob.draw_cohort(rng, 5, "weighted")[0] for _ in range(20_000)])
+    np.testing.assert_allclose(np.bincount(draws, minlength=12) / len(draws), prob.weights, atol=0.005)
+    clients, _ = prob.draw_cohort(rng, 12, "uniform")
+    np.testing.assert_array_equal(clients, np.arange(12))
+
+
+def test_a_repeated_client_counts_once_in_the_population_sum():
+    prob = problem(n_clients=12)
+    view = prob.cohort(np.array([2, 2, 5]), np.full(3, 1 / 3))
+    values = np.arange(9.0).reshape(3, 3)
+    np.testing.assert_allclose(view.population_sum(values), prob.weights[2] * values[1] + prob.weights[5] * values[2])
+    assert view.n_clients == 3 and view.client_zeros().shape == (3, prob.n_params)
+
+
+@pytest.mark.parametrize("name", ["fednmap", "fedcanon", "scaffold"])
+def test_partial_participation_still_converges(name):
+    X, y = load_breast_cancer(return_X_y=True)
+    prob = LeastSquares(partition(StandardScaler().fit_transform(X), y.astype(float), 20, "iid", seed=0),
+                        weights="uniform")
+    reg = regularizer(name)
+    steps = {"lr_local": 0.02, "local_steps": 5, "batch_size": None, **({"gamma": 0.1} if name == "fednmap" else {})}
+    full = fedopt.run(name, prob, reg, rounds=400, seed=0, eval_every=400, **steps)
+    half = fedopt.run(name, prob, reg, rounds=800, seed=0, eval_every=800, clients_per_round=10, **steps)
+    assert half.history["stationarity"][-1] < 1e-3 * half.history["stationarity"][0]
+    assert half.history["objective"][-1] == pytest.approx(full.history["objective"][-1], rel=1e-2)
+
+
+def test_bad_cohorts_are_refused_with_the_fix():
+    prob = problem()
+    for bad in (0, -3, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="clients_per_round"):
+            fedopt.algorithms.make("fedavg", clients_per_round=bad)
+    with pytest.raises(ValueError, match="more than the 12 clients"):
+        fedopt.run("fedavg", prob, rounds=1, clients_per_round=13)
+    with pytest.raises(ValueError, match="sampling"):
+        fedopt.algorithms.make("fedavg", sampling="stratified")
+    with pytest.raises(ValueError, match="feddr has no hyperparameter 'clients_per_round'"):
+        fedopt.algorithms.make("feddr", clients_per_round=3)
+    with pytest.raises(ValueError, match="one at a time"):
+        fedopt.run_batch("fedavg", prob, rounds=1, seeds=[0, 1], clients_per_round=3)
+
+
+def test_estimators_take_cohorts():
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    est = FederatedLasso(0.01, n_clients=20, clients_per_round=0.5, sampling="weighted", max_rounds=300, tol=0,
+                         random_state=0)
+    with pytest.warns(Warning):
+        est.fit(X, y.astype(float))
+    assert est.history_["grad_evals"][1] == 10 * est.local_steps * est.history_["round"][1]
+    assert est.score(X, y) > 0.6
