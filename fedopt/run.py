@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 
 from fedopt import algorithms
-from fedopt.algorithms.base import Algorithm, Env, Start, State
+from fedopt.algorithms.base import Algorithm, Env, Start, State, cohort_size
 
 COLUMNS = ("round", "stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
            "prox_evals", "floats_up", "floats_down", "seconds")
@@ -50,12 +50,16 @@ class History:
     Like a pandas DataFrame, a history is a table of named columns: ``"objective" in history``,
     ``history.keys()`` and ``iter(history)`` (hence ``list(history)`` and ``dict(history)``) go
     over the column names, while ``len(history)`` counts the rows. :meth:`to_pandas` makes the
-    DataFrame itself, :meth:`as_dict` a dict of NumPy columns.
+    DataFrame itself, :meth:`as_dict` a dict of NumPy columns. ``estimated`` names the columns
+    measured on a sample of clients (``fedopt.run(eval_clients=...)``), with the sample.
     """
 
     def __init__(self, columns=COLUMNS):
         self.columns = tuple(columns)
         self.rows: list[dict] = []
+        #: ``{column: how}`` for the columns estimated on a sample of clients (``fedopt.run``'s
+        #: ``eval_clients``); the others are exact.
+        self.estimated: dict[str, str] = {}
 
     def append(self, row: dict) -> None:
         self.rows.append({name: row[name] for name in self.columns})
@@ -90,12 +94,15 @@ class History:
             import pandas as pd
         except ImportError as exc:
             raise ImportError("History.to_pandas needs pandas: pip install pandas (or use as_dict())") from exc
-        return pd.DataFrame(self.rows, columns=list(self.columns))
+        frame = pd.DataFrame(self.rows, columns=list(self.columns))
+        frame.attrs["estimated"] = dict(self.estimated)
+        return frame
 
     def __repr__(self) -> str:
         last = self.last()
         tail = f", last round {last['round']}: stationarity {last['stationarity']:.3g}" if last else ""
-        return f"History({len(self)} rows{tail})"
+        sample = f", {', '.join(self.estimated)} on {next(iter(self.estimated.values()))}" if self.estimated else ""
+        return f"History({len(self)} rows{tail}{sample})"
 
 
 @dataclass(repr=False)
@@ -270,7 +277,8 @@ class DivergenceError(FloatingPointError):
 
 def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, backend=None, eval_every: int = 1,
         x0=None, metric_gamma: float | None = None, tol: float | None = None, progress: bool | None = None,
-        callback=None, stop=None, divergence=True, resume: State | None = None, **hyperparameters) -> Result:
+        callback=None, stop=None, divergence=True, resume: State | None = None, eval_clients=None,
+        **hyperparameters) -> Result:
     """Run ``rounds`` rounds of ``algorithm`` on ``problem + regularizer`` and record the history.
 
     Parameters
@@ -311,6 +319,13 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         :class:`Divergence`). Default (True or ``"default"``): the objective above ``1000 *
         max(|objective at round 0|, 1)``. A dict sets some fields of :class:`Divergence`
         (``{"objective_factor": 1e6}``); None, False or ``"off"`` keep only the NaN/inf check.
+    eval_clients : int, float or None
+        Evaluate the server methods' ``objective``, ``stationarity`` and ``normal_map`` on a fixed
+        sample of this many clients (a count or a fraction), drawn once from ``seed`` on a stream
+        of its own (the training draws are unchanged): ``sum_S w_i f_i / sum_S w_i`` and its
+        gradient, a ratio estimate of the full sums, for populations too large to evaluate every
+        ``eval_every`` rounds. The history's ``estimated`` names those columns and the sample.
+        None (default) evaluates exactly, on every client.
     resume : State or None
         Continue a run instead of starting one: ``rounds`` more rounds from this state (a
         :class:`Result`'s ``state``, of the same method), with its model, pre-prox point and the
@@ -347,13 +362,15 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         start = Start.prox_of(regularizer, problem.backend.asarray(x0, dtype=problem.dtype), gamma)
         state = method.init(problem, regularizer, rng, start)
     history = History(history_columns(method, state))
+    evaluated = _evaluation_view(method, problem, eval_clients, seed, history)
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     clock = {"start": time.perf_counter(), "evaluating": 0.0}
 
     def record(state):
         begun = time.perf_counter()
         training = begun - clock["start"] - clock["evaluating"]  # the paper's training time: evaluations excluded
-        row = {"round": state.round, **method.evaluate(state, gamma),
+        on = state if evaluated is None else replace(state, env=replace(state.env, problem=evaluated))
+        row = {"round": state.round, **method.evaluate(on, gamma),
                **{f.name: getattr(state.costs, f.name) for f in fields(state.costs)}, "seconds": training}
         clock["evaluating"] += time.perf_counter() - begun
         if not (math.isfinite(row["objective"]) and math.isfinite(row["stationarity"])):
@@ -402,6 +419,30 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     if show:
         print(file=sys.stderr)
     return result(state, converged())
+
+
+#: The columns that ``eval_clients`` estimates on its sample of clients (the others are exact).
+SAMPLED_COLUMNS = ("stationarity", "normal_map", "objective")
+
+
+def _evaluation_view(method, problem, eval_clients, seed, history):
+    """None (evaluate on every client), or the cohort view of ``eval_clients`` clients that
+    :func:`run` evaluates on; notes the estimated columns in ``history.estimated``."""
+    if eval_clients is None:
+        return None
+    if type(method).evaluate is not Algorithm.evaluate:
+        raise ValueError(f"eval_clients evaluates a server model on a sample of clients; {method.name} evaluates "
+                         "per-node or per-operator measures: leave eval_clients at None")
+    n = problem.n_clients
+    size = cohort_size(eval_clients, n, "eval_clients")
+    rng = np.random.default_rng(np.random.SeedSequence([0 if seed is None else seed, _EVAL_STREAM]))
+    clients, weights = problem.draw_cohort(rng, size, "uniform")
+    note = f"{size} of {n} clients"
+    history.estimated = {c: note for c in SAMPLED_COLUMNS if c in history.columns}
+    return problem.cohort(clients, weights)
+
+
+_EVAL_STREAM = 0x6576616C  # "eval": the sample's stream, apart from the training draws
 
 
 def _resumed(state: State, problem, regularizer, rng) -> State:

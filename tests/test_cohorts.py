@@ -160,3 +160,22 @@ def test_estimators_take_cohorts():
         est.fit(X, y.astype(float))
     assert est.history_["grad_evals"][1] == 10 * est.local_steps * est.history_["round"][1]
     assert est.score(X, y) > 0.6
+
+
+def test_evaluation_on_a_fixed_sample_of_clients_is_stated_and_leaves_training_alone():
+    prob = problem(n_clients=12)
+    steps = options("fednmap", clients_per_round=4)
+    exact = fedopt.run("fednmap", prob, R.L1(1e-3), rounds=20, seed=5, eval_every=10, **steps)
+    sampled = fedopt.run("fednmap", prob, R.L1(1e-3), rounds=20, seed=5, eval_every=10, eval_clients=6, **steps)
+    np.testing.assert_array_equal(sampled.x, exact.x)  # the sample comes from a stream of its own
+    assert sampled.history.estimated == {c: "6 of 12 clients" for c in ("stationarity", "normal_map", "objective")}
+    assert exact.history.estimated == {} and "on 6 of 12 clients" in repr(sampled.history)
+    assert not np.allclose(sampled.history["objective"], exact.history["objective"])
+    np.testing.assert_allclose(sampled.history["objective"], exact.history["objective"], rtol=0.5)
+    np.testing.assert_array_equal(sampled.history["test_accuracy"], exact.history["test_accuracy"])  # exact
+    everyone = fedopt.run("fednmap", prob, R.L1(1e-3), rounds=20, seed=5, eval_every=10, eval_clients=12, **steps)
+    np.testing.assert_allclose(everyone.history["objective"], exact.history["objective"], rtol=1e-12)
+    with pytest.raises(ValueError, match="eval_clients"):
+        fedopt.run("fednmap", prob, R.L1(1e-3), rounds=1, eval_clients=0, **steps)
+    with pytest.raises(ValueError, match="per-node"):
+        fedopt.run("depositum", prob, rounds=1, eval_clients=4, batch_size=8)

@@ -334,3 +334,13 @@ def test_every_builtin_experiment_runs_shortened(name, tmp_path):
     if any(g.slope for g in exp.grids):
         assert result["slopes"]
     json.dumps([str(s) for s in result["slopes"]])
+
+
+def test_eval_clients_is_a_run_option_that_runs_alone():
+    from fedopt.sweep.batching import signature
+
+    spec = tiny(TINY.replace("metric_gamma = 4.0", "metric_gamma = 4.0\neval_clients = 2")).expand()[0]
+    assert spec.config["eval_clients"] == 2 and signature(spec.config) is None
+    assert "eval_clients" not in tiny().expand()[0].config  # unset: the stored keys stay as they were
+    with pytest.raises(ConfigError, match="eval_clients"):
+        tiny(TINY.replace("metric_gamma = 4.0", "metric_gamma = 4.0\neval_clients = 0"))

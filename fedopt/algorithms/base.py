@@ -76,6 +76,25 @@ class Start:
 SAMPLING = ("uniform", "weighted")
 
 
+def clients_count(value, name: str):
+    """``value`` checked as a number of clients: a count >= 1, a fraction in (0, 1], or None (all)."""
+    if isinstance(value, float) and value > 1 and value == int(value):  # 100.0 from an expression: a count
+        value = int(value)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or
+                              (isinstance(value, float) and value > 1)):
+        raise ValueError(f"{name} must be a count >= 1, a fraction in (0, 1] or None (every client), got {value!r}")
+    return value
+
+
+def cohort_size(value, n_clients: int, name: str) -> int:
+    """The clients that ``value`` (see :func:`clients_count`) takes out of ``n_clients``."""
+    value = clients_count(value, name)
+    size = n_clients if value is None else value if isinstance(value, int) else max(1, round(value * n_clients))
+    if size > n_clients:
+        raise ValueError(f"{name}={value} is more than the {n_clients} clients; use at most {n_clients}")
+    return size
+
+
 def _per_client(value, n_clients: int) -> bool:
     """Whether a state entry is per-client: an ``(n_clients, p)`` array (server entries are ``(p,)``)."""
     return getattr(value, "ndim", 0) == 2 and value.shape[0] == n_clients
@@ -279,13 +298,7 @@ class LocalStepsMethod(Algorithm):
 
     def __post_init__(self):
         super().__post_init__()
-        k = self.clients_per_round
-        if isinstance(k, float) and k > 1 and k == int(k):  # 100.0 from an expression: a count
-            object.__setattr__(self, "clients_per_round", k := int(k))
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int | float) or not k > 0 or
-                              (isinstance(k, float) and k > 1)):
-            raise ValueError(f"clients_per_round must be a count >= 1, a fraction in (0, 1] or None (every "
-                             f"client), got {k!r}")
+        object.__setattr__(self, "clients_per_round", clients_count(self.clients_per_round, "clients_per_round"))
         if self.sampling not in SAMPLING:
             raise ValueError(f"sampling must be one of {', '.join(map(repr, SAMPLING))}, got {self.sampling!r}")
 
@@ -297,11 +310,7 @@ class LocalStepsMethod(Algorithm):
     # ---- partial participation: an extension beyond the papers, which analyse full participation
     def cohort_size(self, n_clients: int) -> int:
         """Clients per round out of a population of ``n_clients`` (all of them without ``clients_per_round``)."""
-        k = self.clients_per_round
-        size = n_clients if k is None else k if isinstance(k, int) else max(1, round(k * n_clients))
-        if size > n_clients:
-            raise ValueError(f"clients_per_round={k} is more than the {n_clients} clients; use at most {n_clients}")
-        return size
+        return cohort_size(self.clients_per_round, n_clients, "clients_per_round")
 
     def batch_refusal(self) -> str | None:
         if self.clients_per_round is not None:

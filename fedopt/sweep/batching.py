@@ -53,6 +53,8 @@ def signature(config: dict) -> str | None:
     """What the runs of one batch share, as a string (equal for compatible configurations), or None
     for a run that runs alone: its method cannot batch, or its hyperparameters are invalid (the run
     then fails alone, with its own error)."""
+    if config.get("eval_clients") is not None:  # fedopt.run_batch evaluates every client
+        return None
     rest = {k: v for k, v in config.items() if k not in ("seed", "metric_gamma", "algorithm", "regularizer")}
     if isinstance(rest.get("dataset"), dict) and "seed" in rest["dataset"]:  # another partition of the same data
         rest["dataset"] = {**rest["dataset"], "seed": _PER_RUN}

@@ -110,7 +110,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 #: The folder of the built-in experiments.
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "experiments"
-RUN_KEYS = {"rounds", "eval_every", "seeds", "metric_gamma", "backend", "tol", "divergence"}
+RUN_KEYS = {"rounds", "eval_every", "seeds", "metric_gamma", "backend", "tol", "divergence", "eval_clients"}
 SECTIONS = ("dataset", "problem", "regularizer", "algorithm", "params")
 EXPERIMENT_KEYS = {"name", "title", "description", "paper", "from_paper", "defaults"}
 GRID_KEYS = {"name", "title", "lines", "slope", "paper_slope", "predicted_slope", "metric", "curves"}
@@ -520,6 +520,13 @@ class Experiment:
         config.update(rounds=int(rounds), eval_every=int(eval_every),
                       metric_gamma=None if metric_gamma is None else float(metric_gamma),
                       tol=None if tol is None else float(tol), backend=backend)
+        if run.get("eval_clients") is not None:  # recorded only when set: stored keys stay as they were
+            from fedopt.algorithms.base import clients_count
+
+            try:
+                config["eval_clients"] = clients_count(run["eval_clients"], "eval_clients")
+            except ValueError as err:
+                raise self.error(str(err), where("eval_clients")) from None
         if run.get("divergence") is not None:
             rule = self._divergence(run["divergence"], where("divergence"))
             if rule is not None:  # the default rule stays out of the configuration (and its key)

@@ -137,7 +137,8 @@ def execute_run(config: dict, progress: bool | None = False, callback=None) -> d
             result = fedopt.run(config["algorithm"]["name"], problem, regularizer, rounds=config["rounds"],
                                 seed=config["seed"], eval_every=config["eval_every"],
                                 metric_gamma=config.get("metric_gamma"), tol=config.get("tol"), progress=progress,
-                                callback=callback, divergence=config.get("divergence", True), **hyper)
+                                callback=callback, divergence=config.get("divergence", True),
+                                eval_clients=config.get("eval_clients"), **hyper)
             record["status"] = "done"
         except DivergenceError as err:
             result = err.result
