@@ -324,7 +324,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         sample of this many clients (a count or a fraction), drawn once from ``seed`` on a stream
         of its own (the training draws are unchanged): ``sum_S w_i f_i / sum_S w_i`` and its
         gradient, a ratio estimate of the full sums, for populations too large to evaluate every
-        ``eval_every`` rounds. The history's ``estimated`` names those columns and the sample.
+        ``eval_every`` rounds; without a test split, ``test_accuracy`` (then on the training rows)
+        is the sample's too. The history's ``estimated`` names those columns and the sample.
         None (default) evaluates exactly, on every client.
     resume : State or None
         Continue a run instead of starting one: ``rounds`` more rounds from this state (a
@@ -438,7 +439,8 @@ def _evaluation_view(method, problem, eval_clients, seed, history):
     rng = np.random.default_rng(np.random.SeedSequence([0 if seed is None else seed, _EVAL_STREAM]))
     clients, weights = problem.draw_cohort(rng, size, "uniform")
     note = f"{size} of {n} clients"
-    history.estimated = {c: note for c in SAMPLED_COLUMNS if c in history.columns}
+    sampled = SAMPLED_COLUMNS + (() if problem.dataset.X_test is not None else ("test_accuracy",))
+    history.estimated = {c: note for c in sampled if c in history.columns}
     return problem.cohort(clients, weights)
 
 

@@ -163,7 +163,9 @@ def test_estimators_take_cohorts():
 
 
 def test_evaluation_on_a_fixed_sample_of_clients_is_stated_and_leaves_training_alone():
-    prob = problem(n_clients=12)
+    X, y = load_breast_cancer(return_X_y=True)
+    prob = Logistic(partition(StandardScaler().fit_transform(X), y, 12, "dirichlet", seed=0, test_size=0.2),
+                    weights="samples")
     steps = options("fednmap", clients_per_round=4)
     exact = fedopt.run("fednmap", prob, R.L1(1e-3), rounds=20, seed=5, eval_every=10, **steps)
     sampled = fedopt.run("fednmap", prob, R.L1(1e-3), rounds=20, seed=5, eval_every=10, eval_clients=6, **steps)
@@ -175,7 +177,22 @@ def test_evaluation_on_a_fixed_sample_of_clients_is_stated_and_leaves_training_a
     np.testing.assert_array_equal(sampled.history["test_accuracy"], exact.history["test_accuracy"])  # exact
     everyone = fedopt.run("fednmap", prob, R.L1(1e-3), rounds=20, seed=5, eval_every=10, eval_clients=12, **steps)
     np.testing.assert_allclose(everyone.history["objective"], exact.history["objective"], rtol=1e-12)
+    no_test = fedopt.run("fednmap", problem(n_clients=12), R.L1(1e-3), rounds=2, seed=5, eval_clients=6, **steps)
+    assert no_test.history.estimated["test_accuracy"] == "6 of 12 clients"  # scored on the sample's rows
     with pytest.raises(ValueError, match="eval_clients"):
         fedopt.run("fednmap", prob, R.L1(1e-3), rounds=1, eval_clients=0, **steps)
     with pytest.raises(ValueError, match="per-node"):
         fedopt.run("depositum", prob, rounds=1, eval_clients=4, batch_size=8)
+
+
+def test_the_readmes_million_client_run_with_two_thousand_clients():
+    from test_readme import BLOCKS, NOT_RUN
+
+    (block,) = [b for b in BLOCKS if b.startswith(NOT_RUN) and "1_000_000" in b]
+    namespace = {}
+    exec(compile(block.replace("1_000_000", "2_000").replace("eval_clients=1000", "eval_clients=500"),
+                 "README.md million-client example", "exec"), namespace)
+    res = namespace["res"]
+    assert res.history["objective"][-1] < 0.5 * res.history["objective"][0]
+    assert res.history.estimated["objective"] == "500 of 2000 clients"
+    assert res.history["grad_evals"][-1] == 1000 * 100 * 10  # the cohort's clients only

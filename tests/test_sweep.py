@@ -91,6 +91,11 @@ def test_options_added_later_are_recorded_only_when_set():
     assert "loss" not in mlp.config["problem"] and mlp.config["problem"]["hidden"] == 64
     squared = TINY.replace('name = "softmax"', 'name = "mlp"\nloss = "squared"')
     assert tiny(squared).expand()[0].config["problem"]["loss"] == "squared"
+    synthetic = TINY.replace('name = "digits"\npartition = "sorted"', 'name = "fedprox_synthetic"')
+    dataset = tiny(synthetic).expand()[0].config["dataset"]
+    assert not {"samples_per_client", "dtype", "keep_models"} & set(dataset) and dataset["alpha"] == 1.0
+    assert "dtype" in tiny().expand()[0].config["dataset"]  # digits recorded its dtype before: it stays
+    assert "clients_per_round" not in tiny().expand()[0].config["algorithm"]
 
 
 def test_shared_hyperparameters_reach_only_the_methods_that_have_them():

@@ -13,6 +13,12 @@ import scipy.sparse as sp
 STORAGE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.uint8))
 
 
+def _all_finite(values, chunk: int = 1 << 22) -> bool:
+    """Whether every entry is finite, checked in chunks (no boolean array of the whole data)."""
+    flat = values.reshape(-1)
+    return all(bool(np.isfinite(flat[i : i + chunk]).all()) for i in range(0, flat.size, chunk))
+
+
 def check_features(X, name: str = "X"):
     """``X`` as a C-contiguous 2-D array of a storage dtype, or a canonical CSR matrix; finite."""
     if sp.issparse(X):
@@ -32,7 +38,7 @@ def check_features(X, name: str = "X"):
             X = X.astype(np.float64)
         X = np.ascontiguousarray(X)
         values = X
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
+    if values.dtype.kind == "f" and not _all_finite(values):
         bad = np.argwhere(~np.isfinite(X.toarray() if sp.issparse(X) else X))[0]
         raise ValueError(f"{name} contains NaN or inf (first at row {bad[0]}, column {bad[1]}); "
                          "drop or impute those entries first")

@@ -227,6 +227,7 @@ class Problem(PointArguments):
         last = len(clients) - 1 - np.unique(clients[::-1], return_index=True)[1]
         once[last] = self.weights[clients[last]]
         view._population_weights = xp.asarray(once, dtype=self.dtype)
+        view._cohort = True
         return view
 
     # ------------------------------------------------------------------ sizes
@@ -294,8 +295,17 @@ class Problem(PointArguments):
 
     # ------------------------------------------------------------------ evaluation
     def score(self, x, test: bool = True) -> float:
-        """Accuracy for a classifier, R^2 for a regression, on the test split (or the training set)."""
-        X, y = (self._X_test, self._y_test) if test and self._X_test is not None else (self._X, self._y)
+        """Accuracy for a classifier, R^2 for a regression, on the test split (or the training set:
+        on a :meth:`cohort` view, its clients' rows only)."""
+        if test and self._X_test is not None:
+            X, y = self._X_test, self._y_test
+        elif getattr(self, "_cohort", False):
+            starts, ends = client_bounds(self._offsets)
+            sizes = ends - starts
+            rows = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())
+            X, y = self._X[rows], self._y[self.backend.xp.asarray(rows)]
+        else:
+            X, y = self._X, self._y
         return float(self._score(self.decision_function(self._vector(x), X), y))
 
     def accuracy(self, x, test: bool = True) -> float:

@@ -746,14 +746,18 @@ def _is_int(value) -> bool:
 #: Options (of problems and methods) added after stores were written, recorded only when a run
 #: sets them: recording their defaults would change the key of every stored run that has them,
 #: and a resumed sweep would run those again.
-LATER_OPTIONS = frozenset({"loss", "clients_per_round", "sampling"})  # MLP's loss; cohorts of the server methods
+#: An entry is an option's name (of any problem or method) or a (data set, option) pair.
+LATER_OPTIONS = frozenset({"loss", "clients_per_round", "sampling",  # MLP's loss; the server methods' cohorts
+                           ("fedprox_synthetic", "samples_per_client"), ("fedprox_synthetic", "dtype"),
+                           ("fedprox_synthetic", "keep_models")})
 
 
 @functools.cache
 def _stored_defaults(options_of, name: str) -> dict:
     """The defaults of ``options_of(name)`` that a stored configuration records (those JSON can hold)."""
     return {k: v for k, v in options_of(name).items()
-            if v is not inspect.Parameter.empty and _jsonable(v) and k not in LATER_OPTIONS}
+            if v is not inspect.Parameter.empty and _jsonable(v) and k not in LATER_OPTIONS
+            and (name, k) not in LATER_OPTIONS}
 
 
 def _jsonable(value) -> bool:
