@@ -91,6 +91,7 @@ class BatchProblem(_RunAxis):
         return (self.problem._weights_device @ per_client)[:, None, :]
 
     population_sum = average  # every client of a batched run takes part in every round
+    is_cohort = False
 
     def sample_rows(self, rngs, batch_size: int, steps: int | None = None) -> np.ndarray:
         """Every run's minibatch rows from its own generator: ``(R n, b)`` or ``(steps, R n, b)``."""

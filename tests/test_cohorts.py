@@ -14,7 +14,8 @@ from fedopt.datasets import partition
 from fedopt.estimators import FederatedLasso
 from fedopt.problems import LeastSquares, Logistic
 
-COHORT_METHODS = ["fednmap", "fedcanon", "fedcanon2", "zhang", "scaffold", "fedavg", "fedmid", "fedda"]
+COHORT_METHODS = ["fednmap", "fedcanon", "fedcanon2", "zhang", "scaffold", "fedavg", "fedmid", "fedda", "feddr",
+                  "fedadmm"]
 
 
 def problem(backend="numba", weights="samples", n_clients=12):
@@ -28,8 +29,8 @@ def regularizer(name):
 
 
 def options(name, **extra):
-    return {"lr_local": 0.05, "local_steps": 3, "batch_size": 8, **({"gamma": 0.5} if name == "fednmap" else {}),
-            **extra}
+    return {"lr_local": 0.05, "local_steps": 3, "batch_size": 8,
+            **({"gamma": 0.5} if name in ("fednmap", "feddr", "fedadmm") else {}), **extra}
 
 
 def first_round(method, prob, seed=3):
@@ -76,6 +77,20 @@ def test_scaffold_server_control_variate_stays_the_weighted_sum(sampling):
     c, c_clients = result.state.vars["c"], result.state.vars["c_clients"]
     np.testing.assert_allclose(c, prob.weights @ c_clients, atol=1e-14)
     assert np.abs(c).max() > 1e-3
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "weighted"])
+@pytest.mark.parametrize("name", ["feddr", "fedadmm"])
+def test_feddr_and_fedadmm_keep_the_server_sum_over_all_clients(name, sampling):
+    """Their papers' partial participation: the server's pre-prox point moves by the sampled
+    clients' increments, so it stays ``sum_i w_i xhat_i`` over every client."""
+    prob = problem()
+    result = fedopt.run(name, prob, R.L1(1e-3), rounds=30, seed=2, eval_every=10,
+                        **options(name, clients_per_round=3, sampling=sampling))
+    state = result.state
+    x_hat = 2 * state.vars["x_clients"] - state.vars["y"] if name == "feddr" else state.vars["xhat"]
+    np.testing.assert_allclose(state.z, prob.weights @ x_hat, atol=1e-13)
+    assert result.history["objective"][-1] < result.history["objective"][0]
 
 
 def test_only_the_cohorts_rows_are_read():
@@ -145,8 +160,8 @@ def test_bad_cohorts_are_refused_with_the_fix():
         fedopt.run("fedavg", prob, rounds=1, clients_per_round=13)
     with pytest.raises(ValueError, match="sampling"):
         fedopt.algorithms.make("fedavg", sampling="stratified")
-    with pytest.raises(ValueError, match="feddr has no hyperparameter 'clients_per_round'"):
-        fedopt.algorithms.make("feddr", clients_per_round=3)
+    with pytest.raises(ValueError, match="scaffnew has no hyperparameter 'clients_per_round'"):
+        fedopt.algorithms.make("scaffnew", clients_per_round=3)
     with pytest.raises(ValueError, match="one at a time"):
         fedopt.run_batch("fedavg", prob, rounds=1, seeds=[0, 1], clients_per_round=3)
 

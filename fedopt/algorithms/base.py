@@ -281,20 +281,10 @@ class Algorithm:
         return replace(self, **changes)
 
 
-@dataclass(frozen=True)
-class LocalStepsMethod(Algorithm):
-    """A method whose clients take ``local_steps`` steps of size ``lr_local`` and whose server
-    moves by ``lr_server`` times the averaged displacement: the shared hyperparameters, and the
-    effective step ``eta_hat = lr_local * lr_server * local_steps``."""
-
-    positive: ClassVar[tuple[str, ...]] = ("lr_local", "lr_server")
-
-    local_steps: int = 10
-    lr_local: float = 0.1
-    lr_server: float = 1.0
-    batch_size: int | None = 32
-    clients_per_round: int | float | None = None
-    sampling: str = "uniform"
+class CohortRounds:
+    """Partial participation (an extension beyond the papers, which analyse full participation), for
+    a method dataclass with the fields ``clients_per_round`` and ``sampling``: :meth:`next_round`
+    runs the method's unchanged :meth:`~Algorithm.round` on a cohort of clients."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -302,12 +292,6 @@ class LocalStepsMethod(Algorithm):
         if self.sampling not in SAMPLING:
             raise ValueError(f"sampling must be one of {', '.join(map(repr, SAMPLING))}, got {self.sampling!r}")
 
-    @property
-    def effective_step(self) -> float:
-        """``eta_hat = eta_a * eta_s * Q``: how far the server moves per unit of averaged direction."""
-        return self.lr_local * self.lr_server * self.local_steps
-
-    # ---- partial participation: an extension beyond the papers, which analyse full participation
     def cohort_size(self, n_clients: int) -> int:
         """Clients per round out of a population of ``n_clients`` (all of them without ``clients_per_round``)."""
         return cohort_size(self.clients_per_round, n_clients, "clients_per_round")
@@ -351,3 +335,25 @@ class LocalStepsMethod(Algorithm):
         for name, values in owned.items():  # in place: a round touches only its cohort's rows
             values[clients[last]] = after.vars[name][last]
         return replace(after, env=env, vars={**after.vars, **owned})
+
+
+@dataclass(frozen=True)
+class LocalStepsMethod(CohortRounds, Algorithm):
+    """A method whose clients take ``local_steps`` steps of size ``lr_local`` and whose server
+    moves by ``lr_server`` times the averaged displacement: the shared hyperparameters, and the
+    effective step ``eta_hat = lr_local * lr_server * local_steps``; rounds on cohorts of clients
+    (:class:`CohortRounds`)."""
+
+    positive: ClassVar[tuple[str, ...]] = ("lr_local", "lr_server")
+
+    local_steps: int = 10
+    lr_local: float = 0.1
+    lr_server: float = 1.0
+    batch_size: int | None = 32
+    clients_per_round: int | float | None = None
+    sampling: str = "uniform"
+
+    @property
+    def effective_step(self) -> float:
+        """``eta_hat = eta_a * eta_s * Q``: how far the server moves per unit of averaged direction."""
+        return self.lr_local * self.lr_server * self.local_steps

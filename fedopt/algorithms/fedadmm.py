@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Algorithm, CohortRounds, Env, State
 
 
 @dataclass(frozen=True)
-class FedADMM(Algorithm):
+class FedADMM(CohortRounds, Algorithm):
     """FedADMM of Wang, Marella and Anderson ("FedADMM: A federated primal-dual algorithm allowing
     partial participation", 2022): ADMM on ``sum_i w_i f_i(x_i) + phi(z)`` s.t. ``x_i = z``, with
     inexact client solves. Other papers use the name (e.g. Zhou and Li 2023); this is the one the
@@ -17,12 +17,16 @@ class FedADMM(Algorithm):
     Hyperparameters and the paper's symbols: ``gamma`` = eta = 1 / rho_ADMM (the inverse penalty,
     also the server's prox parameter; needs ``eta * rho < 1`` for a weakly convex ``phi``),
     ``local_steps`` = K and ``lr_local`` = beta of the local solver (K stochastic gradient steps,
-    the FedCanon spec's [CHOICE]), ``batch_size`` as in FedNMap. All clients take part in every
-    round (the paper's point is partial participation; with all clients its incremental server
-    update is the plain weighted average below).
+    the FedCanon spec's [CHOICE]), ``batch_size`` as in FedNMap. By default all clients take part
+    in every round, and the paper's incremental server update is the plain weighted average
+    below; with ``clients_per_round`` (:class:`~fedopt.algorithms.base.CohortRounds`) only the
+    sampled clients ``S_k`` update ``lam_i`` and send ``xhat_i^{k+1} - xhat_i^k``, and
+    ``xtilde^{k+1} = xtilde^k + sum_{i in S_k} w_i (xhat_i^{k+1} - xhat_i^k)`` (the paper's partial
+    participation; each client keeps its last ``xhat_i``).
 
     State: the server model ``z`` (post-prox; the state's ``x``), its pre-prox point ``xtilde``
-    (the state's ``z``), and the duals ``lam_i`` (0 at the start; ``z^0 = prox_{eta phi}(x^0)``).
+    (the state's ``z``), the duals ``lam_i`` (0 at the start; ``z^0 = prox_{eta phi}(x^0)``) and
+    the clients' last messages ``xhat_i`` (``x^0`` at the start).
     Round k, client i, receiving ``z^k``:
 
     * ``x_i^{k+1} ~ argmin_x f_i(x) + <lam_i^k, x - z^k> + ||x - z^k||^2 / (2 eta)`` by K
@@ -48,6 +52,8 @@ class FedADMM(Algorithm):
     lr_local: float = 0.1
     gamma: float = 1.0
     batch_size: int | None = 32
+    clients_per_round: int | float | None = None
+    sampling: str = "uniform"
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.gamma, "gamma")
@@ -55,7 +61,8 @@ class FedADMM(Algorithm):
     def init(self, problem, regularizer, rng, x0=None):
         x = self.start(problem, x0)
         lam = problem.client_zeros()
-        return State(Env(problem, regularizer, rng), regularizer.prox(x, self.gamma), x, vars={"lam": lam})
+        return State(Env(problem, regularizer, rng), regularizer.prox(x, self.gamma), x,
+                     vars={"lam": lam, "xhat": problem.per_client(x)})
 
     def round(self, state: State) -> State:
         env, z, lam = state.env, state.x, state.vars["lam"]
@@ -69,7 +76,11 @@ class FedADMM(Algorithm):
             G += (X - center) / self.gamma
             X -= self.lr_local * G
         lam_next = lam + (X - z) / self.gamma
-        x_tilde = problem.average(X + self.gamma * lam_next)
+        x_hat = X + self.gamma * lam_next
+        if problem.is_cohort:  # the sampled clients' increments move the sum over all clients
+            x_tilde = state.z + problem.population_sum(x_hat - state.vars["xhat"])
+        else:
+            x_tilde = problem.average(x_hat)
         costs = self.round_costs(problem, 0, 1, up=1, down=1)
         return replace(state, x=env.regularizer.prox(x_tilde, self.gamma), z=x_tilde, round=state.round + 1,
-                       costs=state.costs + costs, vars={"lam": lam_next})
+                       costs=state.costs + costs, vars={"lam": lam_next, "xhat": x_hat})

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Env, State
+from fedopt.algorithms.base import Algorithm, CohortRounds, Env, State
 
 
 @dataclass(frozen=True)
-class FedDR(Algorithm):
-    """FedDR (Tran-Dinh et al. 2021, Algorithm 1), full participation, inexact local proxes of ``f_i``.
+class FedDR(CohortRounds, Algorithm):
+    """FedDR (Tran-Dinh et al. 2021, Algorithm 1), inexact local proxes of ``f_i``.
 
     Douglas-Rachford splitting of ``sum_i w_i f_i(x_i) + phi(x) + [x_1 = ... = x_n = x]``, in the
     metric weighted by ``w_i``: the clients evaluate (inexactly) ``prox_{eta f_i}`` and the server
@@ -42,6 +42,11 @@ class FedDR(Algorithm):
     for ``beta < 2 / (L_i + 1 / eta)``. The paper's theory takes ``phi`` convex and, for nonconvex
     ``f_i``, a small enough ``eta``; ``xtilde`` is recorded as ``z`` (``F_nor(z) = 0`` at the
     fixed point when the metric's gamma is eta, the default).
+
+    Partial participation (``clients_per_round``, :class:`~fedopt.algorithms.base.CohortRounds`)
+    is the paper's own: only the sampled clients ``S_k`` update ``y_i, x_i`` and send the
+    increment ``xhat_i^{k+1} - xhat_i^k``, and ``xtilde^{k+1} = xtilde^k + sum_{i in S_k} w_i
+    (xhat_i^{k+1} - xhat_i^k)``, so ``xtilde`` stays ``sum_i w_i xhat_i`` over all clients.
     """
 
     name = "feddr"
@@ -52,6 +57,8 @@ class FedDR(Algorithm):
     gamma: float = 1.0
     relax: float = 1.0
     batch_size: int | None = 32
+    clients_per_round: int | float | None = None
+    sampling: str = "uniform"
 
     def __post_init__(self):
         super().__post_init__()
@@ -73,15 +80,20 @@ class FedDR(Algorithm):
     def round(self, state: State) -> State:
         env, x_bar = state.env, state.x
         problem = env.problem
-        Y, X = state.vars["y"], state.vars["x_clients"].copy()
+        Y_old, X_old = state.vars["y"], state.vars["x_clients"]
+        X = X_old.copy()
         xp = problem.backend.xp
-        Y = Y + self.relax * (x_bar - X)
+        Y = Y_old + self.relax * (x_bar - X)
         G = xp.empty_like(X)
         for _ in range(self.local_steps):
             self.gradients(env, X, out=G)
             G += (X - Y) / self.gamma
             X -= self.lr_local * G
-        x_tilde = problem.average(2 * X - Y)
+        x_hat = 2 * X - Y
+        if problem.is_cohort:  # the sampled clients' increments move the sum over all clients
+            x_tilde = state.z + problem.population_sum(x_hat - (2 * X_old - Y_old))
+        else:
+            x_tilde = problem.average(x_hat)
         costs = self.round_costs(problem, 0, 1, up=1, down=1)
         return replace(state, x=env.regularizer.prox(x_tilde, self.gamma), z=x_tilde, round=state.round + 1,
                        costs=state.costs + costs, vars={"y": Y, "x_clients": X})

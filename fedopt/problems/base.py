@@ -66,6 +66,8 @@ class Problem(PointArguments):
 
     name: ClassVar[str] = ""
     is_classifier: ClassVar[bool] = True
+    #: Whether this is a :meth:`cohort` view (one round's clients) rather than the whole population.
+    is_cohort: bool = False
     #: Whether the oracles take the dataset's ``sample_weight`` (else a weighted dataset is refused).
     supports_sample_weight: ClassVar[bool] = False
 
@@ -227,7 +229,7 @@ class Problem(PointArguments):
         last = len(clients) - 1 - np.unique(clients[::-1], return_index=True)[1]
         once[last] = self.weights[clients[last]]
         view._population_weights = xp.asarray(once, dtype=self.dtype)
-        view._cohort = True
+        view.is_cohort = True
         return view
 
     # ------------------------------------------------------------------ sizes
@@ -299,7 +301,7 @@ class Problem(PointArguments):
         on a :meth:`cohort` view, its clients' rows only)."""
         if test and self._X_test is not None:
             X, y = self._X_test, self._y_test
-        elif getattr(self, "_cohort", False):
+        elif self.is_cohort:
             starts, ends = client_bounds(self._offsets)
             sizes = ends - starts
             rows = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())
