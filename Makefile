@@ -23,8 +23,9 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.core
 	$(BIN)/python -m fedopt demo
 
+# One worker per core (pytest-xdist): each compiles its own kernels, into the shared Numba cache.
 test: $(VENV)/.test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 # The rules and their reasons are in pyproject.toml ([tool.ruff.lint]); CI runs this before the tests.
 lint: $(VENV)/.test

@@ -205,9 +205,9 @@ def test_the_readmes_million_client_run_with_two_thousand_clients():
 
     (block,) = [b for b in BLOCKS if b.startswith(NOT_RUN) and "1_000_000" in b]
     namespace = {}
-    exec(compile(block.replace("1_000_000", "2_000").replace("eval_clients=1000", "eval_clients=500"),
-                 "README.md million-client example", "exec"), namespace)
+    smaller = block.replace("1_000_000", "2_000").replace("eval_clients=1000", "eval_clients=500")
+    exec(compile(smaller.replace("rounds=1000", "rounds=300"), "README.md million-client example", "exec"), namespace)
     res = namespace["res"]
-    assert res.history["objective"][-1] < 0.5 * res.history["objective"][0]
+    assert res.history["objective"][-1] < 0.6 * res.history["objective"][0]
     assert res.history.estimated["objective"] == "500 of 2000 clients"
-    assert res.history["grad_evals"][-1] == 1000 * 100 * 10  # the cohort's clients only
+    assert res.history["grad_evals"][-1] == 300 * 100 * 10  # the cohort's clients only
