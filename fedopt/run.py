@@ -21,6 +21,7 @@ import numpy as np
 
 from fedopt import algorithms
 from fedopt.algorithms.base import Algorithm, Env, Start, State, cohort_size
+from fedopt.kernels.reference import array_module
 
 COLUMNS = ("round", "stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
            "prox_evals", "floats_up", "floats_down", "seconds")
@@ -447,13 +448,21 @@ def _evaluation_view(method, problem, eval_clients, seed, history):
 _EVAL_STREAM = 0x6576616C  # "eval": the sample's stream, apart from the training draws
 
 
-def _resumed(state: State, problem, regularizer, rng) -> State:
-    """``state`` on ``problem`` (checked: one model of ``n_params``, client arrays of ``n_clients`` rows)."""
+def state_fits(state: State, problem) -> bool:
+    """Whether ``state`` can go on on ``problem``: a model of ``n_params`` and client arrays of
+    ``n_clients`` rows, on the problem's backend."""
     clients = [v for v in state.vars.values() if getattr(v, "ndim", 0) == 2]
-    if tuple(state.x.shape) != (problem.n_params,) or any(v.shape[0] != problem.n_clients for v in clients):
-        raise ValueError(f"resume holds a model of shape {tuple(state.x.shape)} and client arrays of "
-                         f"{[v.shape[0] for v in clients]} rows; the problem has {problem.n_params} parameters and "
-                         f"{problem.n_clients} clients")
+    return (tuple(state.x.shape) == (problem.n_params,) and all(v.shape[0] == problem.n_clients for v in clients)
+            and array_module(state.x) is problem.backend.xp)
+
+
+def _resumed(state: State, problem, regularizer, rng) -> State:
+    """``state`` on ``problem``, checked with :func:`state_fits`."""
+    if not state_fits(state, problem):
+        raise ValueError(f"resume holds a model of shape {tuple(state.x.shape)} and client arrays of rows "
+                         f"{[v.shape[0] for v in state.vars.values() if getattr(v, 'ndim', 0) == 2]} on "
+                         f"{array_module(state.x).__name__}; the problem has {problem.n_params} parameters and "
+                         f"{problem.n_clients} clients on {problem.backend.name}")
     return replace(state, env=Env(problem, regularizer, rng))
 
 

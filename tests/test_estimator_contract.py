@@ -199,3 +199,20 @@ def test_grid_search_over_group_folds_routes_clients_to_fit():
         search.fit(X, y, clients=clients, groups=clients)  # each fold leaves one client out
     assert search.best_estimator_.n_clients_ == 4  # the refit on all clients, not the default 10
     assert search.best_params_["alpha"] in (0.05, 0.5) and np.isfinite(search.best_score_)
+
+
+def test_a_run_resumes_only_a_state_that_fits_the_problem():
+    import fedopt
+    from fedopt.datasets import partition
+    from fedopt.problems import LeastSquares
+
+    X, y, _ = diabetes()
+    four = LeastSquares(partition(X, y, 4, seed=0), backend="numba")
+    first = fedopt.run("fednmap", four, rounds=5, seed=0, batch_size=None, lr_local=0.1, gamma=1.0)
+    more = fedopt.run("fednmap", four, rounds=5, seed=1, batch_size=None, lr_local=0.1, gamma=1.0, resume=first.state)
+    both = fedopt.run("fednmap", four, rounds=10, seed=0, batch_size=None, lr_local=0.1, gamma=1.0)
+    np.testing.assert_array_equal(more.x, both.x)  # full gradients: the generator does not matter
+    assert list(more.history["round"]) == [5, 6, 7, 8, 9, 10]
+    five = LeastSquares(partition(X, y, 5, seed=0), backend="numba")
+    with pytest.raises(ValueError, match="the problem has 10 parameters and 5 clients"):
+        fedopt.run("fednmap", five, rounds=1, batch_size=None, resume=first.state)

@@ -18,7 +18,7 @@ from fedopt.algorithms import Start
 from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.datasets import from_client_ids, partition
 from fedopt.metrics import natural_map
-from fedopt.run import run
+from fedopt.run import run, state_fits
 
 #: The input dtypes the estimators keep: float32 data is fitted in float32 end to end.
 FLOATS = (np.float64, np.float32)
@@ -58,7 +58,7 @@ class _FederatedEstimator(BaseEstimator):
             check(name, 0, none=True, strict=True)
         if self.partition not in ("iid", "sorted", "dirichlet", "shards"):
             raise ValueError(f"partition must be 'iid', 'sorted', 'dirichlet' or 'shards', got {self.partition!r}")
-        if getattr(self, "client_weights", "samples") not in ("samples", "uniform"):
+        if self.client_weights not in ("samples", "uniform"):
             raise ValueError(f"client_weights must be 'samples' or 'uniform', got {self.client_weights!r}")
         if not isinstance(self.warm_start, bool | np.bool_):
             raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
@@ -150,9 +150,7 @@ class _FederatedEstimator(BaseEstimator):
         state = getattr(self, "_state", None)
         if state is None or getattr(self, "_state_algorithm", None) != self.algorithm:
             return None
-        clients = [v for v in state.vars.values() if getattr(v, "ndim", 0) == 2]
-        fits = tuple(state.x.shape) == (problem.n_params,) and all(v.shape[0] == problem.n_clients for v in clients)
-        return state if fits and type(state.x) is type(problem.init(0)) else None
+        return state if state_fits(state, problem) else None
 
     def _backend(self, X):
         return "numba" if self.backend == "auto" and sp.issparse(X) else self.backend
