@@ -69,44 +69,42 @@ def logistic_objective(X, y, coef, intercept, alpha):
 
 # ---- scikit-learn conformance --------------------------------------------------------------------
 
-LINEAR = (FederatedLasso, FederatedElasticNet, FederatedSparseRegressor, FederatedLogisticRegression)
 EQUIVALENCE = ("check_sample_weight_equivalence_on_dense_data", "check_sample_weight_equivalence_on_sparse_data")
-
-
-def mlp_weighted_fits_differ(estimator):
-    """The checks that compare a weighted fit with a fit on repeated rows to 1e-7 relative fail for
-    the MLPs: they are nonconvex and stochastic, and another split and other minibatches give
-    another network (scikit-learn marks its SGD estimators the same way);
-    tests/test_estimator_contract.py checks their weighted objective instead."""
-    reason = "another split and other minibatches give another network"
-    return {} if isinstance(estimator, LINEAR) else dict.fromkeys(EQUIVALENCE, reason)
 
 
 # Numba rather than "auto": on a GPU machine tiny fits would time kernel launches.
 @parametrize_with_checks([FederatedLasso(backend="numba"), FederatedElasticNet(backend="numba"),
                           FederatedSparseRegressor(backend="numba"), FederatedLogisticRegression(backend="numba"),
-                          FederatedMLPClassifier(backend="numba"), FederatedMLPRegressor(backend="numba")],
-                         expected_failed_checks=mlp_weighted_fits_differ)
+                          FederatedMLPClassifier(backend="numba"), FederatedMLPRegressor(backend="numba")])
 def test_scikit_learn_conventions(estimator, check):
-    if isinstance(estimator, LINEAR) and check.func.__name__ in EQUIVALENCE:
-        pytest.skip("an iterative fit equals a fit on repeated rows to its tol, not to the check's 1e-7 at the "
-                    "default tol: test_weighted_fits_equal_repeated_rows_at_a_tight_tol runs it at a tight one")
+    if check.func.__name__ in EQUIVALENCE:
+        pytest.skip("test_weighted_fits_equal_repeated_rows runs it with the parameters it needs")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # random labels in some checks
         check(estimator)
 
 
-@pytest.mark.parametrize("estimator", [FederatedLasso(backend="numba", tol=1e-14, max_rounds=50_000),
-                                       FederatedElasticNet(backend="numba", tol=1e-14, max_rounds=50_000),
-                                       FederatedSparseRegressor(backend="numba", tol=1e-14, max_rounds=50_000),
-                                       FederatedLogisticRegression(backend="numba", tol=1e-9, max_rounds=50_000)])
-@pytest.mark.parametrize("check", [check_sample_weight_equivalence_on_dense_data,
-                                   check_sample_weight_equivalence_on_sparse_data])
-def test_weighted_fits_equal_repeated_rows_at_a_tight_tol(estimator, check):
-    """scikit-learn's sample-weight checks (1e-7 relative) at a tol that reaches it, as scikit-learn
-    runs them for its own iterative solvers (sparse features are not centered: slower)."""
+TIGHT = [FederatedLasso(backend="numba", tol=1e-14, max_rounds=50_000),
+         FederatedElasticNet(backend="numba", tol=1e-14, max_rounds=50_000),
+         FederatedSparseRegressor(backend="numba", tol=1e-14, max_rounds=50_000),
+         FederatedLogisticRegression(backend="numba", tol=1e-9, max_rounds=50_000)]
+ONE_PATH = [FederatedMLPClassifier(backend="numba", n_clients=1, batch_size=None),
+            FederatedMLPRegressor(backend="numba", n_clients=1, batch_size=None)]  # dense X only
+
+
+@pytest.mark.parametrize("estimator, check", [
+    *[(e, c) for e in TIGHT for c in (check_sample_weight_equivalence_on_dense_data,
+                                      check_sample_weight_equivalence_on_sparse_data)],
+    *[(e, check_sample_weight_equivalence_on_dense_data) for e in ONE_PATH]])
+def test_weighted_fits_equal_repeated_rows(estimator, check):
+    """scikit-learn's checks that a weighted fit equals a fit on repeated rows to 1e-7 relative,
+    with the parameters they need, as scikit-learn runs them for its own iterative solvers: an
+    iterative fit agrees only to its ``tol`` (the linear models' at the default is about 1e-5 on
+    this tiny data; sparse features are not centered, so slower), and the MLPs' weighted and
+    repeated rows must take one path (one client, full gradients: another split or other
+    minibatches give another network)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error", ConvergenceWarning)  # the tight tol is reached
+        warnings.simplefilter("error", ConvergenceWarning)  # the fits reach their tol
         check(type(estimator).__name__, estimator)
 
 
