@@ -91,7 +91,10 @@ class BatchProblem(_RunAxis):
         return (self.problem._weights_device @ per_client)[:, None, :]
 
     population_sum = average  # every client of a batched run takes part in every round
-    is_cohort = False
+
+    def updated_sum(self, total, new, old):
+        """Every client takes part: ``sum_i w_i new_i`` (:meth:`~fedopt.problems.Problem.updated_sum`)."""
+        return self.average(new)
 
     def sample_rows(self, rngs, batch_size: int, steps: int | None = None) -> np.ndarray:
         """Every run's minibatch rows from its own generator: ``(R n, b)`` or ``(steps, R n, b)``."""

@@ -6,6 +6,7 @@ import copy
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
 import fedopt
@@ -171,7 +172,7 @@ def test_estimators_take_cohorts():
     X = StandardScaler().fit_transform(X)
     est = FederatedLasso(0.01, n_clients=20, clients_per_round=0.5, sampling="weighted", max_rounds=300, tol=0,
                          random_state=0)
-    with pytest.warns(Warning):
+    with pytest.warns(ConvergenceWarning):  # tol = 0
         est.fit(X, y.astype(float))
     assert est.history_["grad_evals"][1] == 10 * est.local_steps * est.history_["round"][1]
     assert est.score(X, y) > 0.6

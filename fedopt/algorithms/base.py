@@ -100,14 +100,6 @@ def _per_client(value, n_clients: int) -> bool:
     return getattr(value, "ndim", 0) == 2 and value.shape[0] == n_clients
 
 
-def _last_occurrences(clients) -> np.ndarray:
-    """Positions of each distinct client's last occurrence in ``clients``."""
-    if len(np.unique(clients)) == len(clients):
-        return np.arange(len(clients))
-    _, first_from_end = np.unique(clients[::-1], return_index=True)
-    return len(clients) - 1 - first_from_end
-
-
 def _positive(name, value):
     value = float(value)
     if not (value > 0 and math.isfinite(value)):
@@ -327,11 +319,11 @@ class CohortRounds:
         if self.clients_per_round is None or (size == n and self.sampling == "uniform"):
             return self.round(state)
         clients, weights = population.draw_cohort(env.rng, size, self.sampling)
+        view = population.cohort(clients, weights)
         owned = {k: v for k, v in state.vars.items() if _per_client(v, n)}
-        cohort = replace(state, env=replace(env, problem=population.cohort(clients, weights)),
-                         vars={**state.vars, **{k: v[clients] for k, v in owned.items()}})
-        after = self.round(cohort)
-        last = _last_occurrences(clients)  # a client drawn twice keeps its last update
+        after = self.round(replace(state, env=replace(env, problem=view),
+                                   vars={**state.vars, **{k: v[clients] for k, v in owned.items()}}))
+        last = view.last_occurrences  # a client drawn twice keeps its last update
         for name, values in owned.items():  # in place: a round touches only its cohort's rows
             values[clients[last]] = after.vars[name][last]
         return replace(after, env=env, vars={**after.vars, **owned})

@@ -18,6 +18,7 @@ from fedopt.algorithms import Start
 from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.datasets import from_client_ids, partition
 from fedopt.metrics import natural_map
+from fedopt.problems.base import WEIGHTS
 from fedopt.run import run, state_fits
 
 #: The input dtypes the estimators keep: float32 data is fitted in float32 end to end.
@@ -58,8 +59,9 @@ class _FederatedEstimator(BaseEstimator):
             check(name, 0, none=True, strict=True)
         if self.partition not in ("iid", "sorted", "dirichlet", "shards"):
             raise ValueError(f"partition must be 'iid', 'sorted', 'dirichlet' or 'shards', got {self.partition!r}")
-        if self.client_weights not in ("samples", "uniform"):
-            raise ValueError(f"client_weights must be 'samples' or 'uniform', got {self.client_weights!r}")
+        if self.client_weights not in WEIGHTS:
+            raise ValueError(f"client_weights must be one of {', '.join(map(repr, WEIGHTS))}, "
+                             f"got {self.client_weights!r}")
         if not isinstance(self.warm_start, bool | np.bool_):
             raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
         _accepted(self.algorithm)  # a ValueError naming the methods for an unknown one
@@ -72,14 +74,15 @@ class _FederatedEstimator(BaseEstimator):
         codes ``0..n_classes-1`` of a classifier even when ``y`` lacks some (a ``partial_fit`` batch).
         """
         dtype = None if sp.issparse(X) else X.dtype
+        if clients is not None:
+            clients = column_or_1d(clients)
+            check_consistent_length(X, clients)
         sample_weight = _checked_weights(sample_weight, X)
         if sample_weight is not None and not (sample_weight > 0).all():  # rows of weight 0 add nothing: drop them
             keep = np.flatnonzero(sample_weight > 0)
             X, y, sample_weight = X[keep], y[keep], sample_weight[keep]
-            clients = None if clients is None else column_or_1d(clients)[keep]
+            clients = None if clients is None else clients[keep]
         if clients is not None:
-            clients = column_or_1d(clients)
-            check_consistent_length(X, clients)
             data = from_client_ids(X, y, clients, task=task, dtype=dtype, sample_weight=sample_weight)
         else:
             n_clients = min(self.n_clients, X.shape[0])  # no empty clients on tiny data
@@ -112,7 +115,9 @@ class _FederatedEstimator(BaseEstimator):
         accepted = _accepted(self.algorithm)
         steps = {name: value for name, value in steps.items() if name in accepted}
         resume = self._resumable(problem) if partial else None
-        if previous is None or resume is not None:
+        if resume is not None:
+            x0 = None  # the run continues the state
+        elif previous is None:
             x0 = problem.init(seed)
         else:
             x = problem.backend.asarray(previous, dtype=problem.dtype)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from typing import ClassVar
 
 import numpy as np
@@ -205,18 +206,22 @@ class Problem(PointArguments):
             return clients, share / share.sum()
         if sampling != "weighted":
             raise ValueError(f"sampling must be 'uniform' or 'weighted', got {sampling!r}")
-        if getattr(self, "_cumulative_weights", None) is None:
-            self._cumulative_weights = np.cumsum(self.weights)
         cumulative = self._cumulative_weights
         clients = np.sort(np.minimum(np.searchsorted(cumulative, rng.random(size) * cumulative[-1], side="right"),
                                      n - 1))
         return clients, np.full(size, 1.0 / size)
 
+    @functools.cached_property
+    def _cumulative_weights(self) -> np.ndarray:
+        """``cumsum(w)``, once: a weighted draw is then ``O(size log n)``."""
+        return np.cumsum(self.weights)
+
     def cohort(self, clients, weights):
         """The view of this problem that one round of partial participation sees: client ``k`` of the
         view is client ``clients[k]`` (a client may repeat), :meth:`average` weighs it ``weights[k]``,
-        and :meth:`population_sum` by its own weight ``w_i`` (counted once). Only the cohort's rows
-        are read; the data stay shared."""
+        and :meth:`population_sum` by its own weight ``w_i`` (counted once: ``last_occurrences``
+        holds the positions of each client's last occurrence, whose state update is the one kept).
+        Only the cohort's rows are read; the data stay shared."""
         starts, ends = client_bounds(self._offsets)
         view = copy.copy(self)
         view._offsets = np.stack([starts[clients], ends[clients]])
@@ -225,9 +230,9 @@ class Problem(PointArguments):
         view._no_rows = np.empty((len(clients), 0), dtype=np.int64)
         xp = self.backend.xp
         view._weights_device = xp.asarray(weights, dtype=self.dtype)
+        view.last_occurrences = len(clients) - 1 - np.unique(clients[::-1], return_index=True)[1]
         once = np.zeros(len(clients))
-        last = len(clients) - 1 - np.unique(clients[::-1], return_index=True)[1]
-        once[last] = self.weights[clients[last]]
+        once[view.last_occurrences] = self.weights[clients[view.last_occurrences]]
         view._population_weights = xp.asarray(once, dtype=self.dtype)
         view.is_cohort = True
         return view
@@ -362,8 +367,14 @@ class Problem(PointArguments):
         """``sum_i w_i v_i`` over this view's clients with their own weights: on a :meth:`cohort`,
         the change of ``sum_i w_i v_i`` over all clients when only the cohort's ``v_i`` changed
         (SCAFFOLD's server control variate); on the whole population, :meth:`average`."""
-        weights = getattr(self, "_population_weights", None)
-        return self.average(per_client) if weights is None else weights @ per_client
+        return self._population_weights @ per_client if self.is_cohort else self.average(per_client)
+
+    def updated_sum(self, total, new, old):
+        """``sum_i w_i v_i`` over all clients once this view's clients' ``v_i`` went from ``old`` to
+        ``new``: :meth:`average` of ``new`` on the whole population; on a :meth:`cohort`, ``total``
+        (the sum before the round) plus :meth:`population_sum` of the change, the other clients'
+        ``v_i`` unchanged (FedDR's and FedADMM's server update with partial participation)."""
+        return total + self.population_sum(new - old) if self.is_cohort else self.average(new)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.dataset!r}, p={self.n_params}, dtype={self.dtype}, "
