@@ -1,5 +1,5 @@
-"""The MLP's kernels: the loop products of small passes, DEPOSITUM's fused MLP iterations, and the
-squared-error output (LEAST_SQUARES) of every MLP kernel against the reference.
+"""The MLP's kernels: DEPOSITUM's fused MLP iterations, and the squared-error output
+(LEAST_SQUARES) of every MLP kernel against the reference.
 
 Odd and even sizes; float64 must agree with NumPy to ~1e-10 and float32 to ~1e-5.
 """
@@ -21,25 +21,6 @@ DTYPES = [np.float64, np.float32]
 
 def tolerances(dtype):
     return dict(rtol=1e-10, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
-@pytest.mark.parametrize("m, r, n", [(1, 1, 1), (3, 5, 7), (4, 2, 8), (8, 32, 64), (13, 7, 9), (17, 10, 33)])
-def test_loop_products_match_numpy(m, r, n, dtype):
-    """``C = A B^T`` (four-row blocks, odd row and unit tails), ``G += S^T A`` (eight-row blocks)
-    and ``C = A B``."""
-    rng = np.random.default_rng(m + r + n)
-    A, B = rng.standard_normal((m, n)).astype(dtype), rng.standard_normal((r, n)).astype(dtype)
-    C = np.full((m, r), np.nan, dtype)
-    cpu_mlp._times_transpose(A, B, C, dtype(0))
-    np.testing.assert_allclose(C, A @ B.T, **tolerances(dtype))
-    S, G = rng.standard_normal((m, r)).astype(dtype), rng.standard_normal((r, n)).astype(dtype)
-    expected = G + S.T @ A
-    cpu_mlp._add_transpose_times(S, A, G)
-    np.testing.assert_allclose(G, expected, **tolerances(dtype))
-    C = np.full((m, n), np.nan, dtype)
-    cpu_mlp._times(S, B, C)
-    np.testing.assert_allclose(C, S @ B, **tolerances(dtype))
 
 
 def targets(rng, kind, k, size, dtype):

@@ -107,3 +107,14 @@ def prefetch(typingctx, array, row, column):
         return context.get_dummy_value()
 
     return nbtypes.void(array, row, column), codegen
+
+
+@intrinsic
+def float64_from_bits(typingctx, bits):
+    """The float64 whose IEEE 754 bits are the int64 ``bits``: a bit cast, which vectorizes (unlike
+    ``math.ldexp``, a library call)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return nbtypes.float64(nbtypes.int64), codegen

@@ -15,6 +15,7 @@ from numba import prange
 from fedopt.kernels import LEAST_SQUARES, SOFT, SOFTMAX
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel, prefetch
 from fedopt.kernels.cpu.elementwise import _prox_block, _soft
+from fedopt.kernels.cpu.minibatch import CHUNK, add_transpose_times, gather, softmax_residual, times_transpose
 
 
 @inline
@@ -130,40 +131,41 @@ def _single_output_pass(X, d, y, sample_weight, rows, first, count, w, kind, sca
     return total * inv_count
 
 
-@inline
-def _dense_pair(X, r1, r2, d, y, sample_weight, w, kind, n_out, scale, fit_intercept, M, g, inv_count, want_loss,
-                want_grad):
-    """Two dense rows of a model with ``n_out`` outputs at once: two independent streams keep more
-    memory reads in flight.
-
-    ``M[:n_out]`` and ``M[n_out:2 n_out]`` hold the two rows' margins, then their residuals.
-    Returns the sum of the two losses.
+@function(fastmath=REDUCTION_MATH)
+def _softmax_pass(X, y, sample_weight, rows, first, count, w, k, scale, fit_intercept, g, inv_count, want_loss,
+                  want_grad, scratch):
+    """:func:`_client_pass` for dense rows of a softmax model: the summed loss of the rows (not yet
+    divided by ``count``). The rows go in chunks through a small buffer ``A``, and the margins
+    ``A coef^T`` and the gradient ``R^T A`` are register-blocked products on it, as in the MLP,
+    with a vectorized softmax between them. A local step on the digits (32 rows, 64 features,
+    10 classes) took 5.3 us with rows in pairs and one class at a time, and takes 2.8 us.
+    ``scratch`` holds the buffers (:func:`_scratch`).
     """
+    d = X.shape[1]
+    coef = w[: k * d].reshape(k, d)
+    chunk = min(count, CHUNK)
     zero = scale - scale
-    x1, x2 = X[r1], X[r2]
-    M1, M2 = M[:n_out], M[n_out : 2 * n_out]
-    for c in range(n_out):
-        coef = w[c * d : c * d + d]  # slices: plain induction indices vectorize
-        s1 = zero
-        s2 = zero
-        for j in range(d):
-            s1 += x1[j] * coef[j]
-            s2 += x2[j] * coef[j]
-        bias = w[n_out * d + c] if fit_intercept else zero
-        M1[c] = s1 * scale + bias
-        M2[c] = s2 * scale + bias
-    loss1, loss2 = _residual(kind, M1, n_out, y[r1], want_loss), _residual(kind, M2, n_out, y[r2], want_loss)
-    if sample_weight is not None:
-        loss1, loss2 = _weigh(M1, n_out, sample_weight[r1], loss1), _weigh(M2, n_out, sample_weight[r2], loss2)
-    if want_grad:
-        for c in range(n_out):
-            a1, a2 = M1[c] * (scale * inv_count), M2[c] * (scale * inv_count)
-            grad = g[c * d : c * d + d]
-            for j in range(d):
-                grad[j] += a1 * x1[j] + a2 * x2[j]
+    A = scratch[: chunk * d].reshape(chunk, d)
+    S, work = scratch[chunk * d : chunk * (d + k)], scratch[chunk * (d + k) : chunk * (d + k + 1)]
+    intercepts = scratch[chunk * (d + k + 1) : chunk * (d + k + 1) + k]
+    if fit_intercept:
+        intercepts[:] = w[k * d :]
+    else:
+        intercepts[:] = zero
+    total = 0.0
+    for start in range(0, count, chunk):
+        m = min(chunk, count - start)
+        a, scores = A[:m], S[: k * m].reshape(k, m)  # a row per class: see softmax_residual
+        gather(X, rows, first, start, scale, a)
+        times_transpose(a, coef, scores.T, zero)
+        total += softmax_residual(y, sample_weight, rows, first, start, intercepts, inv_count, want_loss, scores,
+                                  work)
+        if want_grad:
+            add_transpose_times(scores.T, a, g[: k * d].reshape(k, d))
             if fit_intercept:
-                g[n_out * d + c] += (M1[c] + M2[c]) * inv_count
-    return loss1 + loss2
+                for c in range(k):
+                    g[k * d + c] += scores[c].sum()
+    return total
 
 
 @function(fastmath=REDUCTION_MATH)
@@ -177,37 +179,28 @@ def _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows, fir
     ``data, indices, indptr`` hold CSR rows; ``d`` is the number of features. ``sample_weight``
     (by global row) multiplies each row's loss and residuals; None for no weights, and then Numba
     compiles a variant without the branches that read it (the fused loops run exactly the
-    unweighted code). ``M`` is scratch
-    of length ``2 n_out + 1``. Each row is read once for its margins and its gradient share;
-    dense rows go by fours with one output (:func:`_single_output_pass`), else in pairs.
+    unweighted code). ``M`` is scratch from :func:`_scratch`. Each row is read once for its
+    margins and its gradient share: dense rows by fours with one output
+    (:func:`_single_output_pass`), as blocks with softmax (:func:`_softmax_pass`).
     """
-    M[2 * n_out] = 1 / count
-    inv_count = M[2 * n_out]  # 1/count in the parameters' dtype: float32 stays float32 below
+    M[n_out] = 1 / count
+    inv_count = M[n_out]  # 1/count in the parameters' dtype: float32 stays float32 below
     zero = scale - scale
     if want_grad:
         g[:] = zero
     if dense and kind != SOFTMAX:
         return _single_output_pass(X, d, y, sample_weight, rows, first, count, w, kind, scale, fit_intercept, g,
                                    inv_count, want_loss, want_grad)
-    total = 0.0
-    t = 0
     if dense:
-        while t + 1 < count:
-            r1, r2 = _row(rows, first, t), _row(rows, first, t + 1)
-            total += _dense_pair(X, r1, r2, d, y, sample_weight, w, kind, n_out, scale, fit_intercept, M, g,
-                                 inv_count, want_loss, want_grad)
-            t += 2
-    for tail in range(t, count):  # CSR rows, or the last dense row of an odd count
-        r = _row(rows, first, tail)
+        return _softmax_pass(X, y, sample_weight, rows, first, count, w, n_out, scale, fit_intercept, g, inv_count,
+                             want_loss, want_grad, M[n_out + 1 :]) * inv_count
+    total = 0.0
+    for t in range(count):  # CSR rows
+        r = _row(rows, first, t)
         for c in range(n_out):
             s = zero
-            if dense:
-                x, coef = X[r], w[c * d : c * d + d]
-                for j in range(d):
-                    s += x[j] * coef[j]
-            else:
-                for k in range(indptr[r], indptr[r + 1]):
-                    s += data[k] * w[c * d + indices[k]]
+            for k in range(indptr[r], indptr[r + 1]):
+                s += data[k] * w[c * d + indices[k]]
             M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
         loss = _residual(kind, M, n_out, y[r], want_loss)
         if sample_weight is not None:
@@ -216,16 +209,23 @@ def _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows, fir
         if want_grad:
             for c in range(n_out):
                 step = M[c] * (scale * inv_count)
-                if dense:
-                    x, grad = X[r], g[c * d : c * d + d]
-                    for j in range(d):
-                        grad[j] += step * x[j]
-                else:
-                    for k in range(indptr[r], indptr[r + 1]):
-                        g[c * d + indices[k]] += step * data[k]
+                for k in range(indptr[r], indptr[r + 1]):
+                    g[c * d + indices[k]] += step * data[k]
                 if fit_intercept:
                     g[n_out * d + c] += M[c] * inv_count
     return total * inv_count
+
+
+@inline
+def _scratch(dense, kind, count, d, n_out, like):
+    """The scratch ``M`` of a client's :func:`_client_pass` calls, in the dtype of ``like``: ``n_out + 1``
+    values, and for dense softmax rows the buffers of :func:`_softmax_pass` after them (allocated
+    once per client rather than once per step: 0.12 us of a 2.8 us step)."""
+    size = n_out + 1
+    if dense and kind == SOFTMAX:
+        chunk = min(count, CHUNK)
+        size += chunk * (d + n_out + 1) + n_out
+    return np.empty(size, dtype=like.dtype)
 
 
 @kernel(fastmath=REDUCTION_MATH)
@@ -240,7 +240,7 @@ def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, W,
         w = W[0] if W.shape[0] == 1 else W[i]
         first = starts[i]
         count = rows.shape[1] if rows.shape[1] > 0 else ends[i] - first
-        M = np.empty(2 * n_out + 1, dtype=W.dtype)
+        M = _scratch(dense, kind, count, d, n_out, W)
         g = grad_out[i] if want_grad else M
         loss = _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows[i], first, count, w, kind, n_out,
                             scale, fit_intercept, M, g, want_loss, want_grad)
@@ -249,13 +249,18 @@ def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, W,
 
 
 @inline
-def _prefetch_rows(X, rows, count, d):
-    """Start loading every cache line of the rows ``X[rows[:count]]`` (minibatch rows are random
-    reads: the loads then overlap the current step's arithmetic)."""
-    per_line = max(1, 64 // X.itemsize)
-    for t in range(count):
-        for j in range(0, d, per_line):
-            prefetch(X, rows[t], j)
+def _prefetch_next_rows(X, rows, client, step, count, d):
+    """Start loading every cache line of the next minibatch's rows of ``X``: this client's next
+    step, or the next client's first (minibatch rows are random reads: the loads then overlap the
+    current step's arithmetic; a softmax step on the digits took 4.4 us without, 3.3 us with)."""
+    steps, n = rows.shape[0], rows.shape[1]
+    following = client * steps + step + 1
+    if rows.shape[2] > 0 and following < n * steps:
+        batch = rows[following % steps, following // steps]
+        per_line = max(1, 64 // X.itemsize)
+        for t in range(count):
+            for j in range(0, d, per_line):
+                prefetch(X, batch[t], j)
 
 
 @function(fastmath=REDUCTION_MATH)
@@ -273,12 +278,8 @@ def _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_interc
     g[0] = 1 / count
     inv_count = g[0]  # 1/count in the parameters' dtype: float32 stays float32
     zero = scale - scale
-    steps, n = rows.shape[0], rows.shape[1]
-    for step in range(steps):
-        if rows.shape[2] > 0:  # the next minibatch: this client's next step, or the next client's first
-            following = client * steps + step + 1
-            if following < n * steps:
-                _prefetch_rows(X, rows[following % steps, following // steps], count, d)
+    for step in range(rows.shape[0]):
+        _prefetch_next_rows(X, rows, client, step, count, d)
         g[:] = zero
         _single_output_pass(X, d, y, None, rows[step, client], first, count, x, kind, scale, fit_intercept, g,
                             inv_count, False, True)
@@ -312,10 +313,12 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows
             _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, rate, prox_kind,
                                  theta, w, Z, P)
             continue
-        M = np.empty(2 * n_out + 1, dtype=Z.dtype)
+        M = _scratch(dense, kind, count, d, n_out, Z)
         g = np.empty(p, dtype=Z.dtype)
         z = Z[i]
         for step in range(rows.shape[0]):
+            if dense:
+                _prefetch_next_rows(X, rows, np.int64(i), step, count, d)
             _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, i], first, count, P[i], kind,
                          n_out, scale, fit_intercept, M, g, False, True)
             for j in range(p):
@@ -374,7 +377,7 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
         count = rows.shape[2] if rows.shape[2] > 0 else ends[node] - first
         gamma, one_minus_gamma, alpha, beta, prox_theta = _node_parameters(node, gammas, one_minus_gammas, alphas,
                                                                            betas, theta)
-        M = np.empty(2 * n_out + 1, dtype=P.dtype)
+        M = _scratch(dense, kind, count, d, n_out, P)
         g = np.empty(p, dtype=P.dtype)
         x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
         factor = node_scale[node]
