@@ -80,6 +80,25 @@ def test_prox_matches_reference_on_parallel_paths(name, shape, dtype):
     check_prox(reg, sample(shape, dtype, seed=1), step=0.3)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 4])
+@pytest.mark.parametrize("shape", [(100, 1000), (100, 700), (1000, 100), (20_001, 8), (1, 200_001), (3, 50_000)],
+                         ids=str)
+def test_tiles_of_whole_rows_come_in_a_multiple_of_the_threads(shape, threads):
+    """The tiles of a parallel call cover every element once; tiles of whole rows (rows shorter than
+    a tile) are a multiple of the threads, so that none waits for another's last tile."""
+    from fedopt.kernels.cpu.elementwise import BLOCK, tile_columns
+
+    n, p = shape
+    columns = tile_columns(n, p, threads)
+    assert 0 < columns <= BLOCK
+    if p < columns:
+        rows_per_tile = columns // p
+        tiles = -(-n // rows_per_tile)
+        assert tiles % threads == 0 and (tiles - 1) * rows_per_tile < n <= tiles * rows_per_tile
+    else:
+        assert -(-p // columns) * n >= 4 * threads
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("shape", [(7,), (8,), (3, 9), (2, 10)], ids=str)
 def test_nuclear_matches_reference(shape, dtype):

@@ -41,7 +41,7 @@ def prox_elementwise(z, kind, theta, w, out):
         z, flat = z.reshape(1, work), out.reshape(1, work)
     n_threads = _jit.threads(work)
     _elementwise.prox_elementwise_kernel.on(n_threads, z, kind, theta.astype(z.dtype, copy=False), w, flat,
-                                            _elementwise.tile_columns(work, n_threads))
+                                            _elementwise.tile_columns(*z.shape, n_threads))
     return out
 
 
@@ -57,7 +57,7 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
     n_threads = _jit.threads(z.size)
     _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, eta, inv_gamma, kind,
                                       theta.astype(z.dtype, copy=False), w, z_out, x_out,
-                                      _elementwise.tile_columns(z.size, n_threads))
+                                      _elementwise.tile_columns(*z.shape, n_threads))
     return z_out, x_out
 
 

@@ -121,13 +121,20 @@ def _tiles(n, p, columns):
     return (n + rows_per_tile - 1) // rows_per_tile, (p + columns - 1) // columns, rows_per_tile
 
 
-def tile_columns(work: int, threads: int) -> int:
-    """Elements per tile of a call on ``threads`` threads: BLOCK, or fewer when that would leave
-    fewer than four tiles a thread (two threads splitting 7 tiles of 1e5 float64 elements 4 to 3
-    took 9.7 us, 1.4x an even split's 7.1 us)."""
+def tile_columns(n: int, p: int, threads: int) -> int:
+    """Elements per tile of a call on ``n`` rows of ``p`` on ``threads`` threads: BLOCK, or fewer
+    when that would leave fewer than four tiles a thread (two threads splitting 7 tiles of 1e5
+    float64 elements 4 to 3 took 9.7 us, 1.4x an even split's 7.1 us). Tiles of whole rows come
+    in a multiple of ``threads``: the normal-map step on 100 rows of 1 000 took 30.0 us in 9 tiles
+    of 12 rows and takes 26.5 us in 10 of 10 (float64; 15.0 and 12.8 us in float32)."""
     if threads <= 1:
         return BLOCK
-    return min(BLOCK, max(MIN_BLOCK, -(-work // (4 * threads))))
+    columns = min(BLOCK, max(MIN_BLOCK, -(-(n * p) // (4 * threads))))
+    if p < columns:
+        tiles = -(-n // (columns // p))
+        tiles = threads * -(-tiles // threads)
+        columns = -(-n // tiles) * p
+    return columns
 
 
 @inline
