@@ -86,8 +86,8 @@ TINY = """
 name = "tiny_bench"
 
 [run]
-rounds = 3
-eval_every = 1
+rounds = 30
+eval_every = 10
 seeds = [0, 1]
 
 [run.dataset]
@@ -113,24 +113,29 @@ name = "methods"
 
 
 @pytest.mark.slow
-def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys):
-    # Prepare: 2 methods x 2 seeds of 3 rounds, shortened to 2 rounds and 1 seed
+def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys, monkeypatch):
+    # Prepare: 2 methods x 2 seeds of 30 rounds, shortened to 20 rounds (evaluated 3 times: the rounds,
+    # not the evaluations, take most of a run) and 1 seed
     from fedopt.sweep.bench import bench_sweep, shortened, sweep_breakdown
 
     toml = tmp_path / "tiny.toml"
     toml.write_text(TINY)
-    exp = shortened(str(toml), rounds=2, seeds=1)
-    assert exp.run["rounds"] == 2 and exp.seeds == [0] and len(exp.expand()) == 2
-    # Execute
-    breakdown = sweep_breakdown(str(toml), rounds=2, seeds=1)
-    rows = bench_sweep([1], str(toml), rounds=2, seeds=1)
+    exp = shortened(str(toml), rounds=20, seeds=1)
+    assert exp.run["rounds"] == 20 and exp.seeds == [0] and len(exp.expand()) == 2
+    # Execute: serial kernels in this process (the breakdown's), so that another test's process on
+    # the same cores cannot stall a parallel evaluation and inflate the metrics' share past the run
+    from fedopt.kernels.cpu import _jit
+
+    monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 1 << 62)
+    breakdown = sweep_breakdown(str(toml), rounds=20, seeds=1)
+    rows = bench_sweep([1], str(toml), rounds=20, seeds=1)
     # Assert
-    assert breakdown["runs"] == 2 and breakdown["rounds"] == 2
+    assert breakdown["runs"] == 2 and breakdown["rounds"] == 20
     assert set(breakdown["phases"]) == {"compile", "data", "rounds", "metrics", "store"}
     assert all(value >= 0 for value in breakdown["phases"].values()) and breakdown["phases"]["rounds"] > 0
     assert math.isclose(breakdown["seconds"], sum(breakdown["phases"].values()))
     assert rows[0]["runs"] == 2 and rows[0]["runs_per_second"] > 0
-    assert math.isclose(rows[0]["rounds_per_second"], 2 * rows[0]["runs_per_second"])
+    assert math.isclose(rows[0]["rounds_per_second"], 20 * rows[0]["runs_per_second"])
     assert [(row["batch"], row["runs"]) for row in rows] == [("off", 2), ("auto", 2)]
     assert "where the time goes" in capsys.readouterr().out
 
