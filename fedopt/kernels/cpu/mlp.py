@@ -61,9 +61,10 @@ def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, sc
     hd = h * d
     W1, b1 = w[:hd].reshape(h, d), w[hd : hd + h]
     W2 = w[hd + h : hd + h + k * h].reshape(k, h)
-    zero = scale - scale  # 0 and 1 in the parameters' dtype: float32 stays float32
-    one = zero + 1
-    inv_count = one / count
+    zero = scale - scale  # 0, 1 and 1 / count in the parameters' dtype: float32 stays float32
+    one = scale / scale  # scale > 0 (`zero + 1` or `one / count` would be float64: integers promote float32)
+    A[0, 0] = 1 / count  # A is free until the first gather
+    inv_count = A[0, 0]
     chunk = A.shape[0]
     loss = 0.0
     if want_grad:

@@ -28,7 +28,8 @@ def _scalar_residual(kind, margin, target, want_loss):
         return r, 0.5 * r * r
     t = -target * margin
     e = math.exp(-abs(t))  # one exp serves the sigmoid and the loss, without overflow
-    r = -target * ((1 if t >= 0 else e) / (1 + e))
+    one = target * target  # labels are +-1: a 1 in the data's dtype (a literal 1 made float32 float64)
+    r = -target * ((one if t >= 0 else e) / (one + e))
     return r, (max(t, 0) + math.log1p(e) if want_loss else 0.0)  # log(1 + exp(t))
 
 
