@@ -86,17 +86,18 @@ def test_prox_matches_reference_on_parallel_paths(name, shape, dtype):
 def test_tiles_of_whole_rows_come_in_a_multiple_of_the_threads(shape, threads):
     """The tiles of a parallel call cover every element once; tiles of whole rows (rows shorter than
     a tile) are a multiple of the threads, so that none waits for another's last tile."""
-    from fedopt.kernels.cpu.elementwise import BLOCK, tile_columns
+    from fedopt.kernels.cpu.elementwise import BLOCK, _tiles, tile_columns
 
     n, p = shape
     columns = tile_columns(n, p, threads)
     assert 0 < columns <= BLOCK
-    if p < columns:
-        rows_per_tile = columns // p
-        tiles = -(-n // rows_per_tile)
-        assert tiles % threads == 0 and (tiles - 1) * rows_per_tile < n <= tiles * rows_per_tile
+    row_tiles, column_tiles, rows_per_tile = _tiles.py_func(n, p, columns)  # the kernels' own tiling
+    assert (row_tiles - 1) * rows_per_tile < n <= row_tiles * rows_per_tile
+    assert (column_tiles - 1) * columns < p <= column_tiles * columns or rows_per_tile > 1
+    if rows_per_tile > 1:  # tiles of whole rows
+        assert column_tiles == 1 and row_tiles % threads == 0
     else:
-        assert -(-p // columns) * n >= 4 * threads
+        assert row_tiles * column_tiles >= 4 * threads
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])

@@ -65,24 +65,25 @@ def test_exp_special_values():
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 def test_softmax_residual_matches_reference(weighted, dtype):
-    """Loss and residual of 13 rows of 7 classes, scores far apart (exps that underflow), with and
-    without the loss."""
+    """Loss and residual of 13 rows of 7 classes, scores far apart (one exp underflows), with and
+    without the loss, with and without intercepts."""
     rng = np.random.default_rng(weighted)
     m, k, count = 13, 7, 20
     scores = (rng.standard_normal((m, k)) * 30).astype(dtype)
+    scores[0, 1] = scores[0, 0] - 800  # an exp that underflows to 0
     y = rng.integers(0, k, m).astype(dtype)
-    b = rng.standard_normal(k).astype(dtype)
     weights = rng.uniform(0.5, 2, m).astype(dtype) if weighted else None
-    loss_ref, R = reference.loss_residual(scores + b, y, K.SOFTMAX)
-    if weighted:
-        loss_ref, R = loss_ref * weights, R * weights[:, None]
     rows = np.empty(0, np.int64)
-    for want_loss in (True, False):
-        out = np.ascontiguousarray(scores.T)  # a row per class
-        loss = minibatch.softmax_residual(y, weights, rows, 0, 0, b, dtype(1 / count), want_loss, out,
-                                          np.empty(m, dtype))
-        np.testing.assert_allclose(loss, loss_ref.sum() if want_loss else 0, **tolerances(dtype))
-        np.testing.assert_allclose(out.T, R / count, **tolerances(dtype))
+    for b in (rng.standard_normal(k).astype(dtype), np.empty(0, dtype)):  # intercepts, or none
+        loss_ref, R = reference.loss_residual(scores + (b if len(b) else 0), y, K.SOFTMAX)
+        if weighted:
+            loss_ref, R = loss_ref * weights, R * weights[:, None]
+        for want_loss in (True, False):
+            out = np.ascontiguousarray(scores.T)  # a row per class
+            loss = minibatch.softmax_residual(y, weights, rows, 0, 0, b, dtype(1 / count), want_loss, out,
+                                              np.empty(m, dtype))
+            np.testing.assert_allclose(loss, loss_ref.sum() if want_loss else 0, **tolerances(dtype))
+            np.testing.assert_allclose(out.T, R / count, **tolerances(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])

@@ -18,6 +18,12 @@ from fedopt.kernels.cpu._jit import REDUCTION_MATH, float64_from_bits, function,
 CHUNK = 256
 
 
+@inline
+def row_of(rows, first, t):
+    """Global index of a client's ``t``-th row: ``rows[t]``, or ``first + t`` when ``rows`` is empty (all rows)."""
+    return rows[t] if rows.shape[0] > 0 else first + t
+
+
 @function(fastmath=REDUCTION_MATH)
 def times_transpose(A, B, C, zero):
     """``C = A B^T`` for ``A (m, n)``, ``B (r, n)``, ``C (m, r)``: blocks of four rows of ``A``
@@ -130,17 +136,17 @@ def _add_eight_rows(S, A, t, u, g, f):
 def gather(X, rows, first, start, scale, a):
     """``a[t] = scale * X[row]`` for the pass's rows ``start .. start + len(a) - 1`` of the client."""
     for t in range(a.shape[0]):
-        r = rows[start + t] if rows.shape[0] > 0 else first + start + t
+        r = row_of(rows, first, start + t)
         for c in range(a.shape[1]):
             a[t, c] = scale * X[r, c]
 
 
 @function(fastmath=REDUCTION_MATH)
 def softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, want_loss, scores, work):
-    """Summed cross-entropy of the scores ``scores + b2[:, None]`` (0 unless ``want_loss``) of the
-    pass's rows ``start ..``; ``scores`` becomes ``dloss/dO / count``, both times the rows'
-    ``sample_weight`` unless it is None (then the weighted lines are compiled out). ``work`` holds
-    at least as many values as there are rows.
+    """Summed cross-entropy of the scores ``scores + b2[:, None]`` (0 unless ``want_loss``; ``b2``
+    may be empty: no intercepts) of the pass's rows ``start ..``; ``scores`` becomes
+    ``dloss/dO / count``, both times the rows' ``sample_weight`` unless it is None (then the
+    weighted lines are compiled out). ``work`` holds at least as many values as there are rows.
 
     ``scores`` is ``(classes, rows)``, a row per class, so that every pass below runs along the
     rows, in vectors (the rows of a ``(rows, classes)`` block are too short for vectors: ten
@@ -148,10 +154,11 @@ def softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, want_l
     of exps.
     """
     k, m = scores.shape
-    for c in range(k):
-        row, shift = scores[c], b2[c]
-        for t in range(m):
-            row[t] += shift
+    if b2.shape[0] > 0:
+        for c in range(k):
+            row, shift = scores[c], b2[c]
+            for t in range(m):
+                row[t] += shift
     top = work[:m]
     top[:] = scores[0]
     for c in range(1, k):
@@ -165,28 +172,26 @@ def softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, want_l
     loss = 0.0
     if want_loss:  # the loss's first part: the largest score minus the label's
         for t in range(m):
-            r = rows[start + t] if rows.shape[0] > 0 else first + start + t
+            r = row_of(rows, first, start + t)
             loss -= scores[int(y[r]), t] if sample_weight is None else sample_weight[r] * scores[int(y[r]), t]
     exp_in_place(scores.reshape(k * m))
-    factor = top  # the sums of exps, then each row's weight / sum
-    factor[:] = scores[0]
+    total = top  # the sums of exps, then each row's weight / sum
+    total[:] = scores[0]
     for c in range(1, k):
         row = scores[c]
         for t in range(m):
-            factor[t] += row[t]
+            total[t] += row[t]
     for t in range(m):
-        r = rows[start + t] if rows.shape[0] > 0 else first + start + t
+        r = row_of(rows, first, start + t)
         weight = inv_count if sample_weight is None else sample_weight[r] * inv_count
         if want_loss:  # the second part: the log of the sum of exps
-            loss += np.log(factor[t]) if sample_weight is None else sample_weight[r] * np.log(factor[t])
-        factor[t] = weight / factor[t]
+            loss += np.log(total[t]) if sample_weight is None else sample_weight[r] * np.log(total[t])
+        scores[int(y[r]), t] -= total[t]  # scaled below to weight * (p_label - 1)
+        total[t] = weight / total[t]
     for c in range(k):
         row = scores[c]
         for t in range(m):
-            row[t] *= factor[t]
-    for t in range(m):
-        r = rows[start + t] if rows.shape[0] > 0 else first + start + t
-        scores[int(y[r]), t] -= inv_count if sample_weight is None else sample_weight[r] * inv_count
+            row[t] *= total[t]
     return loss
 
 

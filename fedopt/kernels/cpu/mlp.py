@@ -29,6 +29,7 @@ from fedopt.kernels.cpu.minibatch import (
     add_transpose_times,
     exp_in_place,
     gather,
+    row_of,
     softmax_residual,
     times,
     times_transpose,
@@ -46,10 +47,11 @@ BACKWARD_LOOP_ROWS = 12
 
 # -------------------------------------------------------------------------------- one client
 @function(fastmath=REDUCTION_MATH)
-def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, scale, g, want_grad, A, H, S, T,
-                      G1):
+def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, scale, g, want_loss, want_grad, A, H,
+                      S, T, G1):
     """Mean loss of one client at ``w`` (its minibatch ``rows``, or its ``count`` rows from
-    ``first`` when ``rows`` is empty); with ``want_grad`` the gradient goes to ``g``. ``kind`` is
+    ``first`` when ``rows`` is empty; 0 unless ``want_loss``); with ``want_grad`` the gradient
+    goes to ``g``. ``kind`` is
     SOFTMAX (``k`` classes) or LEAST_SQUARES (``k = 1``). ``sample_weight`` (by global row, in the
     parameters' dtype) multiplies each row's loss and output residual; None for no weights.
 
@@ -60,7 +62,7 @@ def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, sc
     d = X.shape[1]
     hd = h * d
     W1, b1 = w[:hd].reshape(h, d), w[hd : hd + h]
-    W2 = w[hd + h : hd + h + k * h].reshape(k, h)
+    W2, b2 = w[hd + h : hd + h + k * h].reshape(k, h), w[hd + h + k * h :]
     zero = scale - scale  # 0, 1 and 1 / count in the parameters' dtype: float32 stays float32
     one = scale / scale  # scale > 0 (`zero + 1` or `one / count` would be float64: integers promote float32)
     A[0, 0] = 1 / count  # A is free until the first gather
@@ -81,19 +83,14 @@ def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, sc
             np.dot(a, W1.T, hidden)
         _sigmoid(hidden, b1, one)
         times_transpose(hidden, W2, out, zero)
-        b2 = w[hd + h + k * h :]
         if kind == SOFTMAX:  # one branch per pass: the loops below and above are the same for both losses
             work = T.reshape(T.size)[:m]  # T is free until _backward fills it
-            loss += softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, True, scores, work)
+            loss += softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, want_loss, scores, work)
         else:
-            loss += _squared_residual(y, sample_weight, rows, first, start, b2, inv_count, out)
+            loss += _squared_residual(y, sample_weight, rows, first, start, b2, inv_count, want_loss, out)
         if want_grad:
             _backward(a, hidden, out, slope, W2, g, G1, m == count, one)
     return loss * inv_count
-
-
-
-
 
 
 @function(fastmath=REDUCTION_MATH)
@@ -111,20 +108,18 @@ def _sigmoid(hidden, b1, one):
 
 
 @function(fastmath=REDUCTION_MATH)
-def _squared_residual(y, sample_weight, rows, first, start, b2, inv_count, out):
-    """Summed ``(o - y)^2 / 2`` of the single output ``o = out + b2``; ``out`` becomes ``(o - y) / count``,
-    both times the rows' ``sample_weight`` unless it is None (then the weighted lines are compiled out)."""
+def _squared_residual(y, sample_weight, rows, first, start, b2, inv_count, want_loss, out):
+    """Summed ``(o - y)^2 / 2`` of the single output ``o = out + b2`` (0 unless ``want_loss``); ``out``
+    becomes ``(o - y) / count``, both times the rows' ``sample_weight`` unless it is None (then the
+    weighted lines are compiled out)."""
     loss = 0.0
     for t in range(out.shape[0]):
-        row = rows[start + t] if rows.shape[0] > 0 else first + start + t
+        row = row_of(rows, first, start + t)
         r = out[t, 0] + b2[0] - y[row]
-        if sample_weight is None:
-            loss += 0.5 * r * r
-            out[t, 0] = r * inv_count
-        else:
-            weight = sample_weight[row]
-            loss += weight * (0.5 * r * r)
-            out[t, 0] = r * (weight * inv_count)
+        weight = inv_count if sample_weight is None else sample_weight[row] * inv_count
+        if want_loss:
+            loss += 0.5 * r * r if sample_weight is None else sample_weight[row] * (0.5 * r * r)
+        out[t, 0] = r * weight
     return loss
 
 
@@ -154,8 +149,6 @@ def _backward(a, hidden, out, slope, W2, g, G1, single, one):
         g[:hd] += G1.ravel()
 
 
-
-
 @function
 def _buffers(count, d, h, k, like):
     """The work buffers of :func:`_client_loss_grad` for ``count`` rows, in the dtype of ``like``."""
@@ -172,7 +165,7 @@ def mlp_oracle_kernel(X, y, starts, ends, W, rows, h, k, kind, scale, sample_wei
     client (see :mod:`fedopt.kernels`). ``sample_weight`` is the per-row weights in the dtype of
     ``W``, or None for none."""
     n = starts.shape[0]
-    want_grad = grad_out.shape[0] > 0
+    want_loss, want_grad = loss_out.shape[0] > 0, grad_out.shape[0] > 0
     for i in prange(n):
         client = np.int64(i)  # the parallel variant's loop index is unsigned
         first = starts[client]
@@ -180,8 +173,8 @@ def mlp_oracle_kernel(X, y, starts, ends, W, rows, h, k, kind, scale, sample_wei
         A, H, S, T, G1 = _buffers(count, X.shape[1], h, k, W[0])
         g = grad_out[client] if want_grad else W[0]  # W[0]: a placeholder of the same type, never written
         loss = _client_loss_grad(X, y, sample_weight, rows[client], first, count, W[client if W.shape[0] > 1 else 0],
-                                 h, k, kind, scale, g, want_grad, A, H, S, T, G1)
-        if loss_out.shape[0] > 0:
+                                 h, k, kind, scale, g, want_loss, want_grad, A, H, S, T, G1)
+        if want_loss:
             loss_out[client] = loss
 
 
@@ -201,8 +194,8 @@ def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, D, lr, p
         g = np.empty(p, dtype=Z.dtype)
         z = Z[client]
         for step in range(rows.shape[0]):
-            _client_loss_grad(X, y, None, rows[step, client], first, count, P[client], h, k, kind, scale, g, True, A,
-                              H, S, T, G1)
+            _client_loss_grad(X, y, None, rows[step, client], first, count, P[client], h, k, kind, scale, g, False,
+                              True, A, H, S, T, G1)
             if D.shape[0] > 0:
                 shift = D[client]
                 for j in range(p):
@@ -233,6 +226,6 @@ def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, node_
         for step in range(rows.shape[0]):
             _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
             _prox_block(prox_kind, prox_theta, w, P, node, 0, p, P)
-            _client_loss_grad(X, y, None, rows[step, node], first, count, x, h, k, kind, scale, g, True, A, H, S, T,
-                              G1)
+            _client_loss_grad(X, y, None, rows[step, node], first, count, x, h, k, kind, scale, g, False, True, A, H,
+                              S, T, G1)
             _track(g, factor, tracking, beta, tracker, last)

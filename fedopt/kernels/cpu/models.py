@@ -15,7 +15,7 @@ from numba import prange
 from fedopt.kernels import LEAST_SQUARES, SOFT, SOFTMAX
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel, prefetch
 from fedopt.kernels.cpu.elementwise import _prox_block, _soft
-from fedopt.kernels.cpu.minibatch import CHUNK, add_transpose_times, gather, softmax_residual, times_transpose
+from fedopt.kernels.cpu.minibatch import CHUNK, add_transpose_times, gather, row_of, softmax_residual, times_transpose
 
 
 @inline
@@ -75,12 +75,6 @@ def _row_thetas(thetas, i):
     return thetas[:, 0] if thetas.shape[1] == 1 else thetas[:, i]
 
 
-@inline
-def _row(rows, first, t):
-    """Global index of a client's ``t``-th row: ``rows[t]``, or ``first + t`` when ``rows`` is empty (all rows)."""
-    return rows[t] if rows.shape[0] > 0 else first + t
-
-
 @function(fastmath=REDUCTION_MATH)
 def _single_output_pass(X, d, y, sample_weight, rows, first, count, w, kind, scale, fit_intercept, g, inv_count,
                         want_loss, want_grad):
@@ -97,8 +91,8 @@ def _single_output_pass(X, d, y, sample_weight, rows, first, count, w, kind, sca
     total = 0.0
     for t in range(0, count, 4):
         last = count - 1
-        r1, r2 = _row(rows, first, t), _row(rows, first, min(t + 1, last))
-        r3, r4 = _row(rows, first, min(t + 2, last)), _row(rows, first, min(t + 3, last))
+        r1, r2 = row_of(rows, first, t), row_of(rows, first, min(t + 1, last))
+        r3, r4 = row_of(rows, first, min(t + 2, last)), row_of(rows, first, min(t + 3, last))
         x1, x2, x3, x4 = X[r1], X[r2], X[r3], X[r4]
         s1 = s2 = s3 = s4 = zero
         for j in range(d):
@@ -143,16 +137,11 @@ def _softmax_pass(X, y, sample_weight, rows, first, count, w, k, scale, fit_inte
     ``scratch`` holds the buffers (:func:`_scratch`).
     """
     d = X.shape[1]
-    coef = w[: k * d].reshape(k, d)
+    coef, intercepts = w[: k * d].reshape(k, d), w[k * d :]  # no intercepts: empty
     chunk = min(count, CHUNK)
     zero = scale - scale
     A = scratch[: chunk * d].reshape(chunk, d)
     S, work = scratch[chunk * d : chunk * (d + k)], scratch[chunk * (d + k) : chunk * (d + k + 1)]
-    intercepts = scratch[chunk * (d + k + 1) : chunk * (d + k + 1) + k]
-    if fit_intercept:
-        intercepts[:] = w[k * d :]
-    else:
-        intercepts[:] = zero
     total = 0.0
     for start in range(0, count, chunk):
         m = min(chunk, count - start)
@@ -197,7 +186,7 @@ def _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows, fir
                              want_loss, want_grad, M[n_out + 1 :]) * inv_count
     total = 0.0
     for t in range(count):  # CSR rows
-        r = _row(rows, first, t)
+        r = row_of(rows, first, t)
         for c in range(n_out):
             s = zero
             for k in range(indptr[r], indptr[r + 1]):
@@ -225,7 +214,7 @@ def _scratch(dense, kind, count, d, n_out, like):
     size = n_out + 1
     if dense and kind == SOFTMAX:
         chunk = min(count, CHUNK)
-        size += chunk * (d + n_out + 1) + n_out
+        size += chunk * (d + n_out + 1)
     return np.empty(size, dtype=like.dtype)
 
 
