@@ -2,6 +2,7 @@
 state kept, SCAFFOLD's control-variate rule, unbiased aggregates, cohort-sized rounds."""
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -53,6 +54,16 @@ def test_a_cohort_of_everyone_is_full_participation(name, backend):
     fraction = fedopt.run(name, prob, regularizer(name), rounds=4, seed=1, **options(name, clients_per_round=1.0))
     np.testing.assert_array_equal(everyone.x, full.x)
     np.testing.assert_array_equal(fraction.x, full.x)
+    # those take the full round directly; the cohort machinery on everyone gives that round too
+    method = fedopt.algorithms.make(name, **options(name))
+    state = method.round(method.init(prob, regularizer(name) or R.Zero(), np.random.default_rng(2), None))
+    view = prob.cohort(np.arange(prob.n_clients), prob.weights)
+    whole, on_view = (method.round(replace(state, env=replace(state.env, problem=on, rng=copy.deepcopy(state.env.rng)),
+                                           vars={k: np.copy(v) for k, v in state.vars.items()}))
+                      for on in (prob, view))
+    np.testing.assert_allclose(on_view.x, whole.x, rtol=1e-12, atol=1e-14)
+    if whole.z is not None:  # the pre-prox point, for the methods that keep one
+        np.testing.assert_allclose(on_view.z, whole.z, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("sampling", ["uniform", "weighted"])

@@ -153,8 +153,10 @@ def test_classifier_partial_fit_takes_the_classes_first_and_batches_without_some
     for batch in np.array_split(order, 3):
         est.partial_fit(X[batch], y[batch], classes=[0, 1, 2])
     assert est.n_iter_ == 50 and est.history_["round"][-1] == 150 and est.score(X, y) > 0.9
+    class_2 = est.predict_proba(X[y < 2])[:, 2].mean()
     est.partial_fit(X[y < 2], y[y < 2])  # a batch without class 2: its rounds push class 2 down
     assert est.coef_.shape == (3, 4) and est.history_["round"][-1] == 200
+    assert est.predict_proba(X[y < 2])[:, 2].mean() < class_2
     with pytest.raises(ValueError, match="not among the classes"):
         est.partial_fit(X, y + 1)
     mlp = FederatedMLPClassifier(hidden_layer_size=8, random_state=0)
@@ -198,7 +200,7 @@ def test_grid_search_over_group_folds_routes_clients_to_fit():
         search = GridSearchCV(lasso, {"alpha": [0.05, 0.5]}, cv=GroupKFold(n_splits=4))
         search.fit(X, y, clients=clients, groups=clients)  # each fold leaves one client out
     assert search.best_estimator_.n_clients_ == 4  # the refit on all clients, not the default 10
-    assert search.best_params_["alpha"] in (0.05, 0.5) and np.isfinite(search.best_score_)
+    assert np.isfinite(search.best_score_)
 
 
 def test_a_run_resumes_only_a_state_that_fits_the_problem():

@@ -77,7 +77,7 @@ class FedADMM(CohortRounds, Algorithm):
             X -= self.lr_local * G
         lam_next = lam + (X - z) / self.gamma
         x_hat = X + self.gamma * lam_next
-        x_tilde = problem.updated_sum(state.z, x_hat, state.vars["xhat"])
+        x_tilde = problem.updated_sum(state.z, x_hat, lambda: state.vars["xhat"])
         costs = self.round_costs(problem, 0, 1, up=1, down=1)
         return replace(state, x=env.regularizer.prox(x_tilde, self.gamma), z=x_tilde, round=state.round + 1,
                        costs=state.costs + costs, vars={"lam": lam_next, "xhat": x_hat})

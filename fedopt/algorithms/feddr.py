@@ -89,7 +89,7 @@ class FedDR(CohortRounds, Algorithm):
             self.gradients(env, X, out=G)
             G += (X - Y) / self.gamma
             X -= self.lr_local * G
-        x_tilde = problem.updated_sum(state.z, 2 * X - Y, 2 * X_old - Y_old)
+        x_tilde = problem.updated_sum(state.z, 2 * X - Y, lambda: 2 * X_old - Y_old)
         costs = self.round_costs(problem, 0, 1, up=1, down=1)
         return replace(state, x=env.regularizer.prox(x_tilde, self.gamma), z=x_tilde, round=state.round + 1,
                        costs=state.costs + costs, vars={"y": Y, "x_clients": X})

@@ -186,6 +186,13 @@ class FederatedDataset:
         return np.diff(self.offsets)
 
     @property
+    def client_weight_totals(self) -> np.ndarray:
+        """``S_i``, the total sample weight of each client: ``m_i`` without ``sample_weight``."""
+        if self.sample_weight is None:
+            return self.client_sizes.astype(np.float64)
+        return np.add.reduceat(self.sample_weight, self.offsets[:-1])
+
+    @property
     def is_sparse(self) -> bool:
         return sp.issparse(self.X)
 

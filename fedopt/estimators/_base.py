@@ -18,7 +18,7 @@ from fedopt.algorithms import Start
 from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.datasets import from_client_ids, partition
 from fedopt.metrics import natural_map
-from fedopt.problems.base import WEIGHTS
+from fedopt.problems.base import WEIGHTS, kernel_sample_weights
 from fedopt.run import run, state_fits
 
 #: The input dtypes the estimators keep: float32 data is fitted in float32 end to end.
@@ -293,11 +293,9 @@ class _FederatedLinear(_FederatedEstimator):
 
 def _row_shares(problem):
     """``s_j``, each row's weight in ``f = sum_i w_i f_i``: ``w_i / m_i``, or ``w_i s_j / S_i`` with sample weights."""
-    data = problem.dataset
-    starts, sizes = data.offsets[:-1], data.client_sizes
-    if data.sample_weight is None:
-        return np.repeat(problem.weights / sizes, sizes)
-    return data.sample_weight * np.repeat(problem.weights / np.add.reduceat(data.sample_weight, starts), sizes)
+    sizes = problem.dataset.client_sizes
+    shares, s = np.repeat(problem.weights / sizes, sizes), kernel_sample_weights(problem.dataset)
+    return shares * s if len(s) else shares
 
 
 def _checked_weights(sample_weight, X):

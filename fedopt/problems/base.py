@@ -28,10 +28,8 @@ def client_weights(dataset: FederatedDataset, weights) -> np.ndarray:
         if weights == "uniform":
             return np.full(dataset.n_clients, 1.0 / dataset.n_clients)
         if weights == "samples":
-            if dataset.sample_weight is not None:
-                totals = np.add.reduceat(dataset.sample_weight, dataset.offsets[:-1])
-                return totals / totals.sum()
-            return dataset.client_sizes / dataset.n_samples
+            totals = dataset.client_weight_totals
+            return totals / totals.sum()
         raise ValueError(f"weights={weights!r} is unknown; choose 'uniform', 'samples' or an array of n_clients floats")
     w = np.asarray(weights, dtype=np.float64)
     if w.shape != (dataset.n_clients,):
@@ -46,8 +44,8 @@ def kernel_sample_weights(dataset: FederatedDataset) -> np.ndarray:
     array when the dataset has no ``sample_weight``."""
     if dataset.sample_weight is None:
         return np.empty(0)
-    s, sizes = dataset.sample_weight, dataset.client_sizes
-    return s * np.repeat(sizes / np.add.reduceat(s, dataset.offsets[:-1]), sizes)
+    sizes = dataset.client_sizes
+    return dataset.sample_weight * np.repeat(sizes / dataset.client_weight_totals, sizes)
 
 
 class Problem(PointArguments):
@@ -370,11 +368,12 @@ class Problem(PointArguments):
         return self._population_weights @ per_client if self.is_cohort else self.average(per_client)
 
     def updated_sum(self, total, new, old):
-        """``sum_i w_i v_i`` over all clients once this view's clients' ``v_i`` went from ``old`` to
+        """``sum_i w_i v_i`` over all clients once this view's clients' ``v_i`` went from ``old()`` to
         ``new``: :meth:`average` of ``new`` on the whole population; on a :meth:`cohort`, ``total``
         (the sum before the round) plus :meth:`population_sum` of the change, the other clients'
-        ``v_i`` unchanged (FedDR's and FedADMM's server update with partial participation)."""
-        return total + self.population_sum(new - old) if self.is_cohort else self.average(new)
+        ``v_i`` unchanged (FedDR's and FedADMM's server update with partial participation). ``old``
+        is a function, called only on a cohort: full participation never builds the old values."""
+        return total + self.population_sum(new - old()) if self.is_cohort else self.average(new)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.dataset!r}, p={self.n_params}, dtype={self.dtype}, "

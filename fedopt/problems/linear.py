@@ -124,12 +124,7 @@ class LeastSquares(LinearModel):
     is_classifier = False
 
     def _targets(self, y):
-        if self.dataset.classes is None:
-            return y
-        if self.dataset.classes.dtype.kind not in "biuf":
-            raise ValueError("LeastSquares needs numeric targets; this dataset's labels are "
-                             f"{self.dataset.classes.dtype} class names")
-        return self.dataset.classes[y].astype(np.float64)
+        return numeric_targets(self.dataset, y, "LeastSquares")
 
     def _score(self, outputs, y):
         """R^2, scikit-learn's regression score."""
@@ -173,6 +168,23 @@ class Softmax(LinearModel):
         return self.dataset.n_classes
 
     def _targets(self, y):
-        if self.dataset.n_classes < 2:
-            raise ValueError("Softmax needs class labels (at least two classes); this dataset holds regression targets")
-        return y.astype(np.float64)
+        return class_targets(self.dataset, y, "Softmax")
+
+
+def numeric_targets(dataset, y, model: str, hint: str = ""):
+    """Regression targets: ``y`` itself, or the numeric labels a classification dataset stores as
+    codes; class names raise an error naming ``model`` (and ``hint``, the fix)."""
+    if dataset.classes is None:
+        return y
+    if dataset.classes.dtype.kind not in "biuf":
+        raise ValueError(f"{model} needs numeric targets; this dataset's labels are {dataset.classes.dtype} class "
+                         f"names{hint}")
+    return dataset.classes[y].astype(np.float64)
+
+
+def class_targets(dataset, y, model: str, hint: str = ""):
+    """Class codes as float64 targets; a dataset of regression targets raises an error naming ``model``."""
+    if dataset.n_classes < 2:
+        raise ValueError(f"{model} needs class labels (at least two classes); this dataset holds regression "
+                         f"targets{hint}")
+    return y.astype(np.float64)

@@ -8,7 +8,7 @@ import numpy as np
 
 from fedopt import kernels as K
 from fedopt.problems.base import Problem
-from fedopt.problems.linear import LeastSquares
+from fedopt.problems.linear import LeastSquares, class_targets, numeric_targets
 
 #: The output losses of :class:`MLP` and their kernel codes.
 LOSSES = {"cross_entropy": K.SOFTMAX, "squared": K.LEAST_SQUARES}
@@ -74,15 +74,9 @@ class MLP(Problem):
         return h * (d + 1) + k * (h + 1)
 
     def _targets(self, y):
-        if not self.is_classifier:
-            if self.dataset.classes is not None and self.dataset.classes.dtype.kind not in "biuf":
-                raise ValueError("MLP(loss='squared') needs numeric targets; this dataset's labels are "
-                                 f"{self.dataset.classes.dtype} class names: use loss='cross_entropy'")
-            return y if self.dataset.classes is None else self.dataset.classes[y].astype(np.float64)
-        if self.dataset.n_classes < 2:
-            raise ValueError("MLP(loss='cross_entropy') needs class labels (at least two classes); this dataset "
-                             "holds regression targets: use loss='squared'")
-        return y.astype(np.float64)
+        if self.is_classifier:
+            return class_targets(self.dataset, y, "MLP(loss='cross_entropy')", ": use loss='squared'")
+        return numeric_targets(self.dataset, y, "MLP(loss='squared')", ": use loss='cross_entropy'")
 
     def blocks(self) -> dict:
         """The layers' weights and biases ``W1 (h, d)``, ``b1 (h,)``, ``W2 (k, h)``, ``b2 (k,)``."""

@@ -620,7 +620,7 @@ class Experiment:
             merged[key] = self._expression(text, names, where(origin[key]))  # raises with the reason
         resolved = {"name": name}
         for key, default in defaults.items():
-            if key in LATER_OPTIONS and key not in merged:
+            if _later(name, key) and key not in merged:
                 continue
             value = merged.get(key, default)
             if _is_int(default) and _is_number(value) and not isinstance(value, bool):
@@ -756,8 +756,12 @@ LATER_OPTIONS = frozenset({"loss", "clients_per_round", "sampling",  # MLP's los
 def _stored_defaults(options_of, name: str) -> dict:
     """The defaults of ``options_of(name)`` that a stored configuration records (those JSON can hold)."""
     return {k: v for k, v in options_of(name).items()
-            if v is not inspect.Parameter.empty and _jsonable(v) and k not in LATER_OPTIONS
-            and (name, k) not in LATER_OPTIONS}
+            if v is not inspect.Parameter.empty and _jsonable(v) and not _later(name, k)}
+
+
+def _later(name: str, option: str) -> bool:
+    """Whether ``option`` of the problem, method or data set ``name`` is one of :data:`LATER_OPTIONS`."""
+    return option in LATER_OPTIONS or (name, option) in LATER_OPTIONS
 
 
 def _jsonable(value) -> bool:
