@@ -8,28 +8,17 @@
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from sklearn.linear_model import Lasso
+from test_kernel_runs import DTYPES, LOSSES, SIZES, assert_close, make_data, tolerances
 
 import fedopt
 from fedopt.datasets import FederatedDataset, from_client_ids, partition
-from fedopt.kernels import LEAST_SQUARES, LOGISTIC, SOFTMAX, batched, cpu, reference
+from fedopt.kernels import LOGISTIC, batched, cpu, reference
 from fedopt.problems import LeastSquares, Logistic, Softmax
 from fedopt.problems.base import client_weights
 from fedopt.regularizers import L1, ElasticNet, Zero
 
-SIZES = (3, 6, 1, 8, 5)  # odd and even clients, one of a single row
 OFFSETS = np.concatenate([[0], np.cumsum(SIZES)])
-LOSSES = {"least_squares": (LEAST_SQUARES, 1), "logistic": (LOGISTIC, 1), "softmax": (SOFTMAX, 3)}
-DTYPES = [np.float64, np.float32]
-
-
-def tolerances(dtype):
-    return dict(rtol=1e-10, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-6)
-
-
-def targets(rng, kind, m, dtype):
-    return [rng.normal(size=m), np.sign(rng.normal(size=m)), rng.integers(0, 3, m)][kind].astype(dtype)
 
 
 # ---------------------------------------------------------------------------------- kernels
@@ -41,10 +30,7 @@ def test_weighted_linear_oracle_matches_the_reference(loss, storage, d, dtype):
     kind, n_out = LOSSES[loss]
     rng = np.random.default_rng(d + 10 * kind)
     n, m = len(SIZES), OFFSETS[-1]
-    X = rng.normal(size=(m, d)).astype(dtype)
-    if storage == "csr":
-        X = sp.csr_matrix(np.where(rng.random((m, d)) < 0.5, X, 0).astype(dtype))
-    y = targets(rng, kind, m, dtype)
+    X, y = make_data(rng, dtype, d, kind, n_out, storage)
     weights = np.where(rng.random(m) < 0.2, 0, rng.uniform(0, 3, m)).astype(dtype)
     modules = (cpu, batched) if storage == "dense" else (cpu,)
     minibatches = [np.stack([rng.integers(OFFSETS[i], OFFSETS[i + 1], b) for i in range(n)]) for b in (4, 5)]
@@ -55,10 +41,7 @@ def test_weighted_linear_oracle_matches_the_reference(loss, storage, d, dtype):
                 args = (X, y, OFFSETS, W, rows, kind, n_out, 0.7, fit, weights)
                 want = reference.linear_oracle(*args, np.empty(n, dtype), np.empty((n, p), dtype))
                 for module in modules:
-                    got = module.linear_oracle(*args, np.empty(n, dtype), np.empty((n, p), dtype))
-                    for a, b in zip(got, want, strict=True):
-                        assert a.dtype == dtype
-                        np.testing.assert_allclose(a, b, **tolerances(dtype))
+                    assert_close(module.linear_oracle(*args, np.empty(n, dtype), np.empty((n, p), dtype)), want)
                 # the weights really count: all ones give the unweighted oracle, these do not
                 ones = reference.linear_oracle(*args[:-1], np.ones(X.shape[0], dtype), np.empty(n, dtype),
                                                np.empty((n, p), dtype))
