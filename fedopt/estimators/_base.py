@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_consistent_length, column_or_1d
@@ -162,6 +162,37 @@ class _FederatedEstimator(BaseEstimator):
 
     def _seed(self):
         return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+
+
+class _Regressor(RegressorMixin):
+    """``fit`` and ``partial_fit`` of the regressors, which define ``_fit(X, y, clients, sample_weight, partial)``."""
+
+    def fit(self, X, y, clients=None, sample_weight=None):
+        """Fit on ``(X, y)``; ``clients[j]`` (optional) is sample ``j``'s client id, ``sample_weight[j]`` its weight."""
+        return self._fit(X, y, clients, sample_weight, partial=False)
+
+    def partial_fit(self, X, y, clients=None, sample_weight=None):
+        """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule)."""
+        return self._fit(X, y, clients, sample_weight, partial=True)
+
+
+class _Classifier(ClassifierMixin):
+    """``fit``, ``partial_fit`` and ``predict_log_proba`` of the classifiers, which define
+    ``_fit(X, y, classes, clients, sample_weight, partial)`` and ``predict_proba``."""
+
+    def fit(self, X, y, clients=None, sample_weight=None):
+        """Fit on ``(X, y)``; ``clients[j]`` (optional) is sample ``j``'s client id, ``sample_weight[j]`` its weight."""
+        return self._fit(X, y, None, clients, sample_weight, partial=False)
+
+    def partial_fit(self, X, y, classes=None, clients=None, sample_weight=None):
+        """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule).
+
+        The first call needs ``classes``, every label that the batches may hold.
+        """
+        return self._fit(X, y, classes, clients, sample_weight, partial=True)
+
+    def predict_log_proba(self, X):
+        return np.log(self.predict_proba(X))
 
 
 class _GapStop:

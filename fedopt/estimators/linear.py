@@ -5,29 +5,29 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import expit, softmax
-from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fedopt import regularizers as R
-from fedopt.estimators._base import FLOATS, _class_codes, _concave, _elastic_net, _FederatedLinear, _l1_l2
+from fedopt.estimators._base import (
+    FLOATS,
+    _class_codes,
+    _Classifier,
+    _concave,
+    _elastic_net,
+    _FederatedLinear,
+    _l1_l2,
+    _Regressor,
+)
 from fedopt.estimators._gap import least_squares_gap, least_squares_scale, logistic_gap, logistic_scale
 from fedopt.problems import LeastSquares, Logistic, Softmax
 
 PENALTIES = ("l1", "l2", "elasticnet", "mcp", "scad")
 
 
-class _FederatedRegressor(RegressorMixin, _FederatedLinear):
+class _FederatedRegressor(_Regressor, _FederatedLinear):
     """Least squares ``sum_j s_j (y_j - x_j w - b)^2 / 2`` plus the subclass's ``_penalty()`` on ``w``."""
-
-    def fit(self, X, y, clients=None, sample_weight=None):
-        """Fit on ``(X, y)``; ``clients[j]`` (optional) is sample ``j``'s client id, ``sample_weight[j]`` its weight."""
-        return self._fit(X, y, clients, sample_weight, partial=False)
-
-    def partial_fit(self, X, y, clients=None, sample_weight=None):
-        """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule)."""
-        return self._fit(X, y, clients, sample_weight, partial=True)
 
     def _fit(self, X, y, clients, sample_weight, partial):
         self._check_params()
@@ -289,7 +289,7 @@ batch_size, clients_per_round, sampling, max_rounds, tol, eval_every, warm_start
         return _concave(self.penalty, self.alpha, self.concavity)
 
 
-class FederatedLogisticRegression(ClassifierMixin, _FederatedLinear):
+class FederatedLogisticRegression(_Classifier, _FederatedLinear):
     """Penalized logistic regression (binary or multinomial) fitted by federated optimization.
 
     Minimises the mean log-loss over all samples (weighted by ``sample_weight``) plus ``phi(w)``
@@ -392,17 +392,6 @@ clients_per_round, sampling, max_rounds, eval_every, warm_start, backend, random
         return ((lambda coef, b: logistic_gap(X, codes, coef, b, l1, l2, fit_intercept, shares)),
                 logistic_scale(codes, len(self.classes_), fit_intercept, shares))
 
-    def fit(self, X, y, clients=None, sample_weight=None):
-        """Fit on ``(X, y)``; ``clients[j]`` (optional) is sample ``j``'s client id, ``sample_weight[j]`` its weight."""
-        return self._fit(X, y, None, clients, sample_weight, partial=False)
-
-    def partial_fit(self, X, y, classes=None, clients=None, sample_weight=None):
-        """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule).
-
-        The first call needs ``classes``, every label that the batches may hold.
-        """
-        return self._fit(X, y, classes, clients, sample_weight, partial=True)
-
     def _fit(self, X, y, classes, clients, sample_weight, partial):
         self._check_params()
         penalty = self._penalty()
@@ -428,9 +417,6 @@ clients_per_round, sampling, max_rounds, eval_every, warm_start, backend, random
             p = expit(scores)
             return np.column_stack([1 - p, p])
         return softmax(scores, axis=1)
-
-    def predict_log_proba(self, X):
-        return np.log(self.predict_proba(X))
 
     def predict(self, X):
         scores = self.decision_function(X)

@@ -7,11 +7,10 @@ import numbers
 
 import numpy as np
 from scipy.special import expit, softmax
-from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedopt.estimators._base import FLOATS, _class_codes, _elastic_net, _FederatedEstimator
+from fedopt.estimators._base import FLOATS, _class_codes, _Classifier, _elastic_net, _FederatedEstimator, _Regressor
 from fedopt.problems import MLP
 
 
@@ -54,7 +53,7 @@ class _FederatedMLP(_FederatedEstimator):
         return hidden @ self.coefs_[1] + self.intercepts_[1]
 
 
-class FederatedMLPClassifier(ClassifierMixin, _FederatedMLP):
+class FederatedMLPClassifier(_Classifier, _FederatedMLP):
     """FedNMap's one-hidden-layer network: sigmoid hidden units, softmax output, elastic net on every weight.
 
     :class:`~fedopt.problems.MLP` with sample-count client weights: the mean cross-entropy over
@@ -133,17 +132,6 @@ eval_every, warm_start, backend, random_state
         self.backend = backend
         self.random_state = random_state
 
-    def fit(self, X, y, clients=None, sample_weight=None):
-        """Fit on ``(X, y)``; ``clients[j]`` (optional) is sample ``j``'s client id, ``sample_weight[j]`` its weight."""
-        return self._fit(X, y, None, clients, sample_weight, partial=False)
-
-    def partial_fit(self, X, y, classes=None, clients=None, sample_weight=None):
-        """``eval_every`` more rounds from the fitted network on ``(X, y)`` (online training; no stopping rule).
-
-        The first call needs ``classes``, every label that the batches may hold.
-        """
-        return self._fit(X, y, classes, clients, sample_weight, partial=True)
-
     def _fit(self, X, y, classes, clients, sample_weight, partial):
         self._check_params()
         X, y = validate_data(self, X, y, dtype=FLOATS, reset=not self._previous(partial))
@@ -155,15 +143,12 @@ eval_every, warm_start, backend, random_state
     def predict_proba(self, X):
         return softmax(self._outputs(X), axis=1)
 
-    def predict_log_proba(self, X):
-        return np.log(self.predict_proba(X))
-
     def predict(self, X):
         best = self.predict_proba(X).argmax(axis=1)
         return self.classes_[best]
 
 
-class FederatedMLPRegressor(RegressorMixin, _FederatedMLP):
+class FederatedMLPRegressor(_Regressor, _FederatedMLP):
     """The one-hidden-layer sigmoid network for regression: squared error, elastic net on every weight.
 
     :class:`~fedopt.problems.MLP` ``(loss="squared")`` with sample-count client weights: the mean
@@ -226,14 +211,6 @@ gamma, clients_per_round, sampling, eval_every, warm_start, backend, random_stat
         self.warm_start = warm_start
         self.backend = backend
         self.random_state = random_state
-
-    def fit(self, X, y, clients=None, sample_weight=None):
-        """Fit on ``(X, y)``; ``clients[j]`` (optional) is sample ``j``'s client id, ``sample_weight[j]`` its weight."""
-        return self._fit(X, y, clients, sample_weight, partial=False)
-
-    def partial_fit(self, X, y, clients=None, sample_weight=None):
-        """``eval_every`` more rounds from the fitted network on ``(X, y)`` (online training; no stopping rule)."""
-        return self._fit(X, y, clients, sample_weight, partial=True)
 
     def _fit(self, X, y, clients, sample_weight, partial):
         self._check_params()
