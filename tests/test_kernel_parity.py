@@ -89,7 +89,7 @@ def test_tiles_of_whole_rows_come_in_a_multiple_of_the_threads(shape, threads):
     from fedopt.kernels.cpu.elementwise import BLOCK, _tiles, tile_columns
 
     n, p = shape
-    columns = tile_columns(n, p, threads)
+    columns = tile_columns.py_func(n, p, threads)
     assert 0 < columns <= BLOCK
     row_tiles, column_tiles, rows_per_tile = _tiles.py_func(n, p, columns)  # the kernels' own tiling
     assert (row_tiles - 1) * rows_per_tile < n <= row_tiles * rows_per_tile

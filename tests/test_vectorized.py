@@ -58,11 +58,11 @@ def test_normal_map_step_loop_is_vectorized():
 @pytest.mark.parametrize("kernel", ["prox_elementwise_kernel", "normal_map_kernel"])
 def test_kernels_are_vectorized(kernel, dtype):
     fresh = numba.njit(cache=False, error_model="numpy")(getattr(elementwise, kernel).serial.py_func)
-    z, theta, w = np.ones((2, 32), dtype), np.array([0.5, 1.0], dtype), np.empty((0, 0), dtype)
+    # float64 parameters, as the regularizers pass them: the kernels cast them to the data's dtype
+    z, theta, w = np.ones((2, 32), dtype), np.array([0.5, 1.0]), np.empty((0, 0), dtype)
     if kernel == "prox_elementwise_kernel":
-        fresh(z, K.SOFT, theta, w, np.empty_like(z), elementwise.BLOCK)
+        fresh(z, K.SOFT, theta, w, np.empty_like(z), 1)
     else:
-        fresh(z, z, z, z[0], z[0], dtype(0.1), dtype(2.0), K.SOFT, theta, w, np.empty_like(z), np.empty_like(z),
-              elementwise.BLOCK)
+        fresh(z, z, z, z[0], z[0], dtype(0.1), dtype(2.0), K.SOFT, theta, w, np.empty_like(z), np.empty_like(z), 1)
     assembly = "\n".join(fresh.inspect_asm().values())
     assert len(PACKED.findall(assembly)) >= 8, f"{kernel} compiled with little or no packed arithmetic"

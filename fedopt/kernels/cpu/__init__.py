@@ -13,7 +13,7 @@ import functools
 import numba
 import numpy as np
 
-from fedopt.kernels import CLIP_VECTOR, KERNEL_NAMES, SOFT_WEIGHTED, client_bounds
+from fedopt.kernels import KERNEL_NAMES, client_bounds
 from fedopt.kernels.cpu import _jit
 from fedopt.kernels.cpu import elementwise as _elementwise
 from fedopt.kernels.cpu import mlp as _mlp
@@ -30,18 +30,10 @@ from fedopt.kernels.reference import prox_nuclear  # noqa: F401
 __all__ = [*KERNEL_NAMES, "local_steps_linear", "local_steps_mlp", "mix_sparse", "tracking_steps",
            "tracking_steps_mlp"]
 
-#: Separable proxes whose parameters differ by column: the only ones that need the rows.
-_COLUMN_KINDS = (SOFT_WEIGHTED, CLIP_VECTOR)
-
-
 def prox_elementwise(z, kind, theta, w, out):
     """Separable prox of code ``kind``, e.g. SOFT: ``out = theta[1] * sign(z) * max(|z| - theta[0], 0)``."""
-    work, flat = z.size, out
-    if z.shape[0] > 1 and kind not in _COLUMN_KINDS:  # C-contiguous rows are one long row: no short-row tails
-        z, flat = z.reshape(1, work), out.reshape(1, work)
-    n_threads = _jit.threads(work)
-    _elementwise.prox_elementwise_kernel.on(n_threads, z, kind, theta.astype(z.dtype, copy=False), w, flat,
-                                            _elementwise.tile_columns(*z.shape, n_threads))
+    n_threads = _jit.threads(z.size)
+    _elementwise.prox_elementwise_kernel.on(n_threads, z, kind, theta, w, out, n_threads)
     return out
 
 
@@ -55,9 +47,8 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, in one pass."""
     eta, inv_gamma = z.dtype.type(eta), z.dtype.type(inv_gamma)  # float32 data stays in float32
     n_threads = _jit.threads(z.size)
-    _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, eta, inv_gamma, kind,
-                                      theta.astype(z.dtype, copy=False), w, z_out, x_out,
-                                      _elementwise.tile_columns(*z.shape, n_threads))
+    _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out,
+                                      x_out, n_threads)
     return z_out, x_out
 
 
