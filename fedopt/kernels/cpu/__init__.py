@@ -45,10 +45,9 @@ def prox_group(z, starts, order, tau, scale, out):
 
 def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out):
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, in one pass."""
-    eta, inv_gamma = z.dtype.type(eta), z.dtype.type(inv_gamma)  # float32 data stays in float32
-    n_threads = _jit.threads(z.size)
-    _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out,
-                                      x_out, n_threads)
+    n_threads = _jit.threads(z.size)  # the kernel casts eta and inv_gamma: floats here compile one variant
+    _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, float(eta), float(inv_gamma), kind, theta, w,
+                                      z_out, x_out, n_threads)
     return z_out, x_out
 
 
