@@ -225,7 +225,7 @@ def assert_identical(got, want):
 
 @VARIANTS
 @pytest.mark.parametrize("prox_kind", [SOFT, MCP], ids=["soft", "mcp"])
-@pytest.mark.parametrize("model", ["logistic", "softmax_csr", "mlp"])
+@pytest.mark.parametrize("model", ["logistic", "softmax", "softmax_csr", "mlp"])
 def test_local_steps_with_per_row_lr_and_thetas(model, prox_kind, dtype, parallel, monkeypatch):
     """Per-row ``lr`` and ``(Q, N, k)`` thetas against the reference; in float64, equal per-row
     values are bitwise the scalar call."""

