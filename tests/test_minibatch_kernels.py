@@ -81,7 +81,7 @@ def test_softmax_residual_matches_reference(weighted, dtype):
         for want_loss in (True, False):
             out = np.ascontiguousarray(scores.T)  # a row per class
             loss = minibatch.softmax_residual(y, weights, rows, 0, 0, b, dtype(1 / count), want_loss, out,
-                                              np.empty(m, dtype))
+                                              np.empty(2 * m, dtype))
             np.testing.assert_allclose(loss, loss_ref.sum() if want_loss else 0, **tolerances(dtype))
             np.testing.assert_allclose(out.T, R / count, **tolerances(dtype))
 

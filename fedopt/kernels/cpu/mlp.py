@@ -46,7 +46,7 @@ BACKWARD_LOOP_ROWS = 12
 
 
 # -------------------------------------------------------------------------------- one client
-@function(fastmath=REDUCTION_MATH)
+@function(fastmath=REDUCTION_MATH, allocates=True)
 def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, scale, g, want_loss, want_grad, A, H,
                       S, T, G1):
     """Mean loss of one client at ``w`` (its minibatch ``rows``, or its ``count`` rows from
@@ -56,8 +56,8 @@ def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, sc
     parameters' dtype) multiplies each row's loss and output residual; None for no weights.
 
     ``A``, ``H``, ``T`` are ``(chunk, d)``, ``(chunk, h)``, ``(chunk, h)`` buffers, ``S`` one of
-    ``k * chunk`` (the outputs, a row per output), ``G1`` an ``(h, d)`` one used when the rows take
-    more than one chunk.
+    ``(k + 2) * chunk`` (the outputs, a row per output, then the softmax's work), ``G1`` an
+    ``(h, d)`` one used when the rows take more than one chunk.
     """
     d = X.shape[1]
     hd = h * d
@@ -84,7 +84,7 @@ def _client_loss_grad(X, y, sample_weight, rows, first, count, w, h, k, kind, sc
         _sigmoid(hidden, b1, one)
         times_transpose(hidden, W2, out, zero)
         if kind == SOFTMAX:  # one branch per pass: the loops below and above are the same for both losses
-            work = T.reshape(T.size)[:m]  # T is free until _backward fills it
+            work = S[k * chunk : k * chunk + 2 * m]
             loss += softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, want_loss, scores, work)
         else:
             loss += _squared_residual(y, sample_weight, rows, first, start, b2, inv_count, want_loss, out)
@@ -123,7 +123,7 @@ def _squared_residual(y, sample_weight, rows, first, start, b2, inv_count, want_
     return loss
 
 
-@function(fastmath=REDUCTION_MATH)
+@function(fastmath=REDUCTION_MATH, allocates=True)
 def _backward(a, hidden, out, slope, W2, g, G1, single, one):
     """Adds one pass's gradient to ``g``: ``dW2 = dO^T H``, ``db2``, ``dA = (dO W2) H (1 - H)``
     (into ``slope``), ``db1`` and ``dW1 = dA^T a`` (straight into ``g`` for a ``single`` pass)."""
@@ -149,13 +149,13 @@ def _backward(a, hidden, out, slope, W2, g, G1, single, one):
         g[:hd] += G1.ravel()
 
 
-@function
+@function(allocates=True)
 def _buffers(count, d, h, k, like):
     """The work buffers of :func:`_client_loss_grad` for ``count`` rows, in the dtype of ``like``."""
     chunk = min(count, CHUNK)
     G1 = np.empty((h if count > chunk else 0, d), dtype=like.dtype)
     return (np.empty((chunk, d), dtype=like.dtype), np.empty((chunk, h), dtype=like.dtype),
-            np.empty(k * chunk, dtype=like.dtype), np.empty((chunk, h), dtype=like.dtype), G1)
+            np.empty((k + 2) * chunk, dtype=like.dtype), np.empty((chunk, h), dtype=like.dtype), G1)
 
 
 # ------------------------------------------------------------------------------------ kernels
