@@ -241,6 +241,17 @@ def test_fit_slope_recovers_a_power_law_and_its_interval():
     assert math.isnan(sweep.fit_slope([1, 2], [1, 0.5])[2])
 
 
+@pytest.mark.parametrize("dof", [1, 2.5, 3, 7.3, 40])
+def test_t_quantile_is_scipy_stats_t_ppf(dof):
+    """The confidence intervals' t quantile, with the real degrees of freedom of Welch's interval."""
+    from scipy import stats
+
+    from fedopt.sweep.report import t_quantile
+
+    for probability in (0.9, 0.975, 0.995):
+        assert math.isclose(t_quantile(probability, dof), stats.t.ppf(probability, dof), rel_tol=1e-12)
+
+
 def test_report_prints_tables_and_slopes_and_writes_files(tmp_path, capsys):
     exp = tiny()
     with sweep.Store(tmp_path / "s.db") as store:

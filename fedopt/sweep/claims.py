@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedopt.run import STALLED
-from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _short, fit_slope
+from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _short, fit_slope, t_quantile
 
 KINDS = ("best", "order", "slope", "ratio", "difference", "within")
 VERDICTS = ("holds", "fails", "inconclusive")
@@ -323,8 +323,6 @@ def interval(a: dict, b: dict, log: bool, level: float = LEVEL):
     Paired over the seeds when ``a`` and ``b`` (``{seed: value}``) share them, else Welch's
     interval; None with fewer than 2 values on a side.
     """
-    from scipy import stats
-
     if len(a) < 2 or len(b) < 2:
         return None
     f = np.log if log else np.asarray
@@ -332,7 +330,7 @@ def interval(a: dict, b: dict, log: bool, level: float = LEVEL):
         d = f(np.array([a[s] for s in a], float)) - f(np.array([b[s] for s in a], float))
         k = len(d)
         se = d.std(ddof=1) / math.sqrt(k)
-        half = stats.t.ppf(0.5 + level / 2, k - 1) * se if se > 0 else 0.0
+        half = t_quantile(0.5 + level / 2, k - 1) * se if se > 0 else 0.0
         return float(d.mean()), float(d.mean() - half), float(d.mean() + half), f"paired over {k} seeds"
     x, y = f(np.array(list(a.values()), float)), f(np.array(list(b.values()), float))
     va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
@@ -340,7 +338,7 @@ def interval(a: dict, b: dict, log: bool, level: float = LEVEL):
     if se == 0:
         return float(x.mean() - y.mean()), float(x.mean() - y.mean()), float(x.mean() - y.mean()), "Welch"
     dof = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
-    half = stats.t.ppf(0.5 + level / 2, dof) * se
+    half = t_quantile(0.5 + level / 2, dof) * se
     diff = float(x.mean() - y.mean())
     return diff, diff - half, diff + half, f"Welch over {len(x)} and {len(y)} seeds"
 
