@@ -363,11 +363,12 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows
         count = rows.shape[2] if rows.shape[2] > 0 else ends[i] - first
         shift = D[i] if D.shape[0] > 0 else np.zeros(p, dtype=Z.dtype)
         rate, theta = _row_value(lr, i), _row_thetas(thetas, i)
-        g, M = np.empty(p, dtype=Z.dtype), _scratch(dense, kind, count, d, n_out, Z)
+        g = np.empty(p, dtype=Z.dtype)
         if dense and kind != SOFTMAX:
             _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, rate, prox_kind,
                                  theta, w, Z, P, g)
             continue
+        M = _scratch(dense, kind, count, d, n_out, Z)
         if dense:
             _softmax_steps(X, y, rows, i, first, count, n_out, scale, fit_intercept, shift, rate, prox_kind, theta, w,
                            Z, P, g, M)
