@@ -136,12 +136,12 @@ def _single_output_pass(X, d, y, sample_weight, rows, first, count, w, kind, sca
 @function(fastmath=REDUCTION_MATH)
 def _softmax_chunk(X, y, sample_weight, rows, first, start, scale, coef, intercepts, a, scores, work, grad,
                    grad_intercepts, inv_count, want_loss, want_grad, fit_intercept, zero):
-    """One chunk of a client's dense softmax rows, ``start .. start + len(a) - 1``: the margins
-    ``X_r coef^T`` into ``scores`` (a row per class: see softmax_residual), the residuals, and
-    with ``want_grad`` ``grad += R^T X_r`` and the intercepts' sums; returns the chunk's summed
-    loss (0 unless ``want_loss``). The products read the rows where they are in ``X`` when they
-    need no conversion (its dtype, ``scale = 1``), else from a scaled copy in ``a`` (the copy took
-    0.19 of a 2.1 us step on the digits)."""
+    """One chunk of a client's dense softmax rows, ``start .. start + len(a) - 1``: the rows gathered
+    into ``a``, the margins ``a coef^T`` into ``scores`` (a row per class: see softmax_residual), the
+    residuals, and with ``want_grad`` ``grad += R^T a`` and the intercepts' sums; returns the
+    chunk's summed loss (0 unless ``want_loss``). The products read the copy rather than the rows
+    where they are in ``X``: a digits step's gradient product took 0.79 us on its 32 rows in ``X``
+    against 0.54 us on the copy, more than the copy's 0.14 us (one Zen 5 core)."""
     gather(X, rows, first, start, scale, a)
     times_transpose(a, coef, scores.T, zero)
     loss = softmax_residual(y, sample_weight, rows, first, start, intercepts, inv_count, want_loss, scores, work)
