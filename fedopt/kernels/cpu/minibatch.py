@@ -184,16 +184,6 @@ def softmax_residual(y, sample_weight, rows, first, start, b2, inv_count, want_l
     return loss
 
 
-@function  # no fast-math, as exp_in_place
-def _shifted_exp(scores, top, total):
-    """``scores[c] = exp(scores[c] - top)`` and ``total = scores.sum(0)`` (added in class order)."""
-    for c in range(scores.shape[0]):
-        row = scores[c]
-        for t in range(row.shape[0]):
-            row[t] = _exp(row[t] - top[t])
-            total[t] = row[t] if c == 0 else total[t] + row[t]  # the exp in the scores' dtype
-
-
 #: ``exp(x) = 2^n exp(r)`` with ``n = round(x / ln 2)``, ``r = x - n ln 2``: ln 2 in two parts (the
 #: first with trailing zero bits, so ``n * LN2_HIGH`` is exact), and Taylor terms up to ``r^12``
 #: (for ``|r| <= ln(2) / 2`` the next term is below 2e-16 relative).
@@ -202,21 +192,24 @@ LN2_HIGH = 6.93147180369123816490e-01
 LN2_LOW = 1.90821492927058770002e-10
 LOG_MAX = 709.782712893384  # log of the largest float64
 EXP_TAYLOR = tuple(1 / math.factorial(i) for i in range(12, -1, -1))
+#: The exp's only fast-math flag: products and sums fuse into FMAs (one rounding instead of two,
+#: and half the instructions); re-associating the two-part range reduction would lose its precision.
+EXP_MATH = {"contract"}
 
 
-@function  # no fast-math: re-associating the two-part range reduction would lose its precision
+@function(fastmath=EXP_MATH)
 def exp_in_place(values):
     """``values = exp(values)`` in float64 arithmetic, to a relative error below 5e-16 (about two
     ulp); results below ``exp(-708)`` (about 3e-308) flush to 0. Written as selects without library
-    calls, so the loop vectorizes: 320 exps take 0.28 us against 1.2 us for ``np.exp`` one value at
-    a time (Zen 5)."""
+    calls, so the loop vectorizes: 320 exps take 0.14 us against 1.2 us for ``np.exp`` one value at
+    a time, and 0.27 us with the Taylor terms' products and sums apart rather than fused (Zen 5)."""
     for i in range(values.shape[0]):
         values[i] = _exp(values[i])
 
 
 @inline
 def _exp(value):
-    """:func:`exp_in_place` of one value (compiled into callers without fast-math only)."""
+    """:func:`exp_in_place` of one value (for callers compiled with no fast-math flag beyond :data:`EXP_MATH`)."""
     x = np.float64(value)
     n = math.floor(x * LOG2_E + 0.5)
     n = n if n > -1021.0 else -1021.0  # a NaN x takes -1021 here and stays NaN in r
@@ -228,6 +221,16 @@ def _exp(value):
     e = (p * float64_from_bits((np.int64(n) + 1022) << 52)) * 2.0  # 2^(n-1) * 2: n = 1024 fits
     e = 0.0 if x < -708.0 else e
     return np.inf if x > LOG_MAX else e
+
+
+@function(fastmath=EXP_MATH)
+def _shifted_exp(scores, top, total):
+    """``scores[c] = exp(scores[c] - top)`` and ``total = scores.sum(0)`` (added in class order)."""
+    for c in range(scores.shape[0]):
+        row = scores[c]
+        for t in range(row.shape[0]):
+            row[t] = _exp(row[t] - top[t])
+            total[t] = row[t] if c == 0 else total[t] + row[t]  # the exp in the scores' dtype
 
 
 @function(fastmath=REDUCTION_MATH)
