@@ -32,12 +32,16 @@ class Kernel:
     ``kernel(work, *args)`` runs the parallel variant when ``work`` (elements touched) is at least
     :data:`PARALLEL_MIN_WORK` and Numba has more than one thread, else the serial one; both give
     the same result because every ``prange`` iteration writes its own elements.
+
+    A kernel that creates no arrays (``allocates=False``) has its serial variant compiled without
+    Numba's reference counts: the call then skips a reference-counted wrapper of each array
+    argument, 0.25 against 0.17 us for a six-argument kernel on 1 000 elements (see :func:`function`).
     """
 
-    def __init__(self, func: types.FunctionType, fastmath=False):
+    def __init__(self, func: types.FunctionType, fastmath=False, allocates=True):
         options = dict(cache=numba_cache_enabled(), nogil=True, error_model="numpy", fastmath=fastmath)
         self.__doc__ = func.__doc__
-        self.serial = numba.njit(**options)(func)
+        self.serial = numba.njit(_nrt=allocates, **options)(func)
         self.parallel = numba.njit(parallel=True, **options)(renamed_copy(func, "_parallel"))
 
     def __call__(self, work: int, *args):
@@ -61,11 +65,11 @@ def threads(work: int) -> int:
 REDUCTION_MATH = {"reassoc", "nsz", "contract", "arcp"}
 
 
-def kernel(func=None, *, fastmath=False):
-    """Decorator form of :class:`Kernel`: ``@kernel`` or ``@kernel(fastmath=REDUCTION_MATH)``."""
+def kernel(func=None, *, fastmath=False, allocates=True):
+    """Decorator form of :class:`Kernel`: ``@kernel`` or ``@kernel(fastmath=REDUCTION_MATH, allocates=False)``."""
     if func is None:
-        return lambda f: Kernel(f, fastmath)
-    return Kernel(func, fastmath)
+        return lambda f: Kernel(f, fastmath, allocates)
+    return Kernel(func, fastmath, allocates)
 
 
 def function(func=None, *, fastmath=False, allocates=False):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import prange
 
 from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, MCP, SCAD, SOFT, SOFT_WEIGHTED
@@ -143,12 +142,14 @@ def tile_columns(n, p, threads):
 
 @inline
 def _in_dtype_of(z, theta):
-    """The prox parameters ``theta`` in the dtype of ``z``, so that float32 data is processed in float32
-    (the scalars of the normal-map step are cast with ``z.dtype.type``)."""
-    out = np.empty(theta.shape[0], dtype=z.dtype)
-    for k in range(theta.shape[0]):
-        out[k] = theta[k]
-    return out
+    """The prox parameters ``theta`` (at most five, one row) in the dtype of ``z``, as a tuple, so that
+    float32 data is processed in float32 (the scalars of the normal-map step are cast with
+    ``z.dtype.type``) and the kernels allocate nothing: a kernel without Numba's reference counts
+    is called 0.08 us faster (see :class:`~fedopt.kernels.cpu._jit.Kernel`)."""
+    cast, k = z.dtype.type, theta.shape[0]
+    return (cast(theta[0]) if k > 0 else cast(0), cast(theta[1]) if k > 1 else cast(0),
+            cast(theta[2]) if k > 2 else cast(0), cast(theta[3]) if k > 3 else cast(0),
+            cast(theta[4]) if k > 4 else cast(0))
 
 
 @inline
@@ -160,7 +161,7 @@ def _tile(task, n, p, column_tiles, rows_per_tile, columns):
     return i0, min(i0 + rows_per_tile, n), j0, min(j0 + columns, p)
 
 
-@kernel
+@kernel(allocates=False)
 def prox_elementwise_kernel(z, kind, theta, w, out, threads):
     """``out = prox(z)`` for a separable prox (e.g. SOFT: ``out = theta[1] * sign(z) * max(|z| - theta[0], 0)``),
     in tiles of :func:`tile_columns` elements for ``threads`` threads. Without per-column
@@ -212,7 +213,7 @@ def _step_rows(z, g, c, z_ref, x_ref, eta, inv_gamma, i0, i1, j0, j1, z_out, sof
                 zo[j] = zi[j] - eta * (gi[j] + (zr[j] - xr[j]) * inv_gamma)
 
 
-@kernel
+@kernel(allocates=False)
 def normal_map_kernel(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out, threads):
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, tile by tile
     (:func:`tile_columns` elements each for ``threads`` threads); soft-thresholding (l1) in the same pass."""
