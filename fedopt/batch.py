@@ -35,7 +35,7 @@ from fedopt import algorithms
 from fedopt.algorithms.base import Algorithm, Env, Start, State
 from fedopt.kernels.cpu.sampling import minibatch_rows
 from fedopt.metrics import evaluate_runs
-from fedopt.run import History, Result, check_run_arguments, divergence_error, history_columns
+from fedopt.run import History, Result, blas_beside_kernels, check_run_arguments, divergence_error, history_columns
 
 
 class BatchSplitWarning(UserWarning):
@@ -288,6 +288,7 @@ def _same(backend, a, b) -> bool:
     return a is b or (a.shape == b.shape and bool(backend.xp.array_equal(a, b)))
 
 
+@blas_beside_kernels
 def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds, backend=None, eval_every: int = 1,
               x0=None, metric_gamma=None, tol: float | None = None, progress: bool | None = None, divergence=True,
               max_batch: int | None = None, callback=None, stop=None, **hyperparameters) -> list[Result]:

@@ -11,6 +11,8 @@ rule in :func:`run`, ``[run.divergence]`` or ``[run] divergence = false`` in an 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import math
 import sys
@@ -276,6 +278,26 @@ class DivergenceError(FloatingPointError):
         self.rule = rule
 
 
+def blas_beside_kernels(func):
+    """``func`` (:func:`run`, :func:`fedopt.run_batch`) with BLAS on one thread where the backend's
+    rounds run on Numba's threads (``one_blas_thread`` of :mod:`fedopt.kernels.cpu`): from before
+    the set-up, whose BLAS calls (a topology's spectrum) would leave BLAS's threads spinning on the
+    cores through the first rounds."""
+
+    @functools.wraps(func)
+    def wrapped(algorithm, problem, *args, backend=None, **kwargs):
+        from fedopt._backend import get_backend
+
+        first = problem[0] if isinstance(problem, (list, tuple)) else problem
+        kernels = (first.backend if backend is None else get_backend(backend)).kernels
+        limit = getattr(kernels, "one_blas_thread", None)
+        with contextlib.nullcontext() if limit is None else limit():
+            return func(algorithm, problem, *args, backend=backend, **kwargs)
+
+    return wrapped
+
+
+@blas_beside_kernels
 def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, backend=None, eval_every: int = 1,
         x0=None, metric_gamma: float | None = None, tol: float | None = None, progress: bool | None = None,
         callback=None, stop=None, divergence=True, resume: State | None = None, eval_clients=None,

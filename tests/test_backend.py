@@ -120,3 +120,36 @@ def test_numba_cache_switch(monkeypatch):
     assert not _backend.numba_cache_enabled()
     monkeypatch.setenv("FEDOPT_NUMBA_CACHE", "1")
     assert _backend.numba_cache_enabled()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["run", "run_batch"])
+def test_numba_rounds_hold_blas_to_one_thread(batched):
+    """On Numba's threads, a run (set-up and evaluations included) holds BLAS to one thread, whose
+    idle threads would otherwise spin on the cores that the kernels need, and gives BLAS its
+    threads back after."""
+    import numba
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two Numba threads")
+
+    def blas_threads():
+        return max(info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas")
+
+    data = fedopt.datasets.make_sparse_regression(n_samples=60, n_features=4, n_informative=2, n_clients=3, seed=0)
+    problem = fedopt.problems.LeastSquares(data, backend="numba")
+    seen = []
+    previous = numba.get_num_threads()
+    numba.set_num_threads(2)
+    try:
+        with threadpool_limits(2, user_api="blas"):
+            assert blas_threads() == 2
+            options = dict(rounds=2, local_steps=2, lr_local=0.01, callback=lambda *_: seen.append(blas_threads()))
+            if batched:
+                fedopt.run_batch("fednmap", problem, seeds=[0, 1], **options)
+            else:
+                fedopt.run("fednmap", problem, **options)
+            assert seen and set(seen) == {1}
+            assert blas_threads() == 2
+    finally:
+        numba.set_num_threads(previous)

@@ -28,7 +28,7 @@ from fedopt.kernels.cpu.rows import project_l1_ball, project_l2_ball, project_si
 from fedopt.kernels.reference import prox_nuclear  # noqa: F401
 
 __all__ = [*KERNEL_NAMES, "local_steps_linear", "local_steps_mlp", "mix_sparse", "tracking_steps",
-           "tracking_steps_mlp"]
+           "tracking_steps_mlp", "one_blas_thread"]
 
 def prox_elementwise(z, kind, theta, w, out):
     """Separable prox of code ``kind``, e.g. SOFT: ``out = theta[1] * sign(z) * max(|z| - theta[0], 0)``."""
@@ -162,7 +162,7 @@ def _node_thetas(theta, P):
 def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weight, loss_out, grad_out):
     """Loss and gradient of the one-hidden-layer MLP per client: one task per client, BLAS per layer;
     ``sample_weight`` (empty: none) multiplies each row's loss and output residual."""
-    with _one_blas_thread():
+    with one_blas_thread():
         _mlp.mlp_oracle_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *client_bounds(offsets), W,
                                rows, n_hidden, n_out, kind, W.dtype.type(scale),
                                _sample_weight(sample_weight, W.dtype), loss_out, grad_out)
@@ -175,7 +175,7 @@ def local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, pr
     ``lr`` and ``thetas`` as in :func:`local_steps_linear`.
     """
     dtype = Z.dtype
-    with _one_blas_thread():
+    with one_blas_thread():
         _mlp.local_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *client_bounds(offsets),
                                     rows, n_hidden, n_out, kind, dtype.type(scale), D, _per_row(lr, dtype, len(Z)),
                                     prox_kind, _per_row_thetas(thetas, dtype, len(Z)), w, Z, P)
@@ -186,7 +186,7 @@ def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_s
                        tracking, prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's local iterations of every node for the MLP in one call: :func:`tracking_steps`
     with the model of :func:`mlp_oracle`."""
-    with _one_blas_thread():
+    with one_blas_thread():
         _mlp.tracking_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y,
                                        *client_bounds(offsets), rows, n_hidden, n_out, kind, P.dtype.type(scale),
                                        *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking,
@@ -194,9 +194,11 @@ def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_s
     return P, NU, MU, Y, G
 
 
-def _one_blas_thread():
-    """BLAS held to one thread while every Numba thread calls it: BLAS's own threads would
-    compete with Numba's for the cores (the MNIST-shape MLP gradient measured 1.7x slower)."""
+def one_blas_thread():
+    """BLAS held to one thread while Numba's threads run: BLAS's own threads would compete with
+    Numba's for the cores, inside a kernel that calls BLAS (the MNIST-shape MLP gradient measured
+    1.7x slower) and after any BLAS call, whose idle threads spin on the cores for a while (a
+    FedNMap round at the sweep shape took 0.48 against 0.16 ms after an evaluation's product)."""
     if numba.get_num_threads() == 1:
         return contextlib.nullcontext()
     return _blas_controller().limit(limits=1, user_api="blas")
