@@ -81,9 +81,9 @@ def function(func=None, *, fastmath=False, allocates=False):
 
     It is compiled without Numba's reference counts unless it ``allocates`` (creates arrays, or
     calls ``np.dot``): with them every array a call passes, to it or from it to an inline
-    helper, costs two atomic operations, 9 % of a softmax local step on the digits (one call per
-    step with ten arrays). Numba refuses to compile a helper without them that creates an array
-    or returns a view, so leaving ``allocates`` off cannot free memory early.
+    helper, costs two atomic operations, 12 % of the time of a softmax local step on the digits.
+    Numba refuses to compile a helper without them that creates an array or returns a view, so
+    leaving ``allocates`` off cannot free memory early.
     """
     options = dict(cache=numba_cache_enabled(), nogil=True, error_model="numpy", fastmath=fastmath, _nrt=allocates)
     if func is None:

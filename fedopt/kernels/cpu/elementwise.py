@@ -48,9 +48,8 @@ def _prox_tile(kind, theta, w, src, i0, i1, j0, j1, dst):
     compiler knows, and the wraparound select that Numba then adds kept the loops scalar (10x
     slower on AVX-512). Entering this function costs about 50 ns in a kernel compiled with
     reference counts: in a body this large Numba's counting of the array arguments (atomic
-    operations) is not pruned away. So the
-    branch on ``kind`` is taken once per tile, not once per row (100 rows of 10 one at a time
-    took 5x a plain loop).
+    operations) is not pruned away. So the branch on ``kind`` is taken once per tile, not once
+    per row (100 rows of 10 one at a time took 5x a plain loop).
     """
     if kind == SOFT:
         tau, scale = theta[0], theta[1]

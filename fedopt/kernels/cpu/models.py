@@ -15,14 +15,7 @@ from numba import prange
 from fedopt.kernels import LEAST_SQUARES, SOFT, SOFTMAX
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel, prefetch
 from fedopt.kernels.cpu.elementwise import _prox_block, _soft
-from fedopt.kernels.cpu.minibatch import (
-    CHUNK,
-    add_transpose_times,
-    gather,
-    row_of,
-    softmax_residual,
-    times_transpose,
-)
+from fedopt.kernels.cpu.minibatch import CHUNK, add_transpose_times, gather, row_of, softmax_residual, times_transpose
 
 
 @inline
