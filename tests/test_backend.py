@@ -153,3 +153,33 @@ def test_numba_rounds_hold_blas_to_one_thread(batched):
             assert blas_threads() == 2
     finally:
         numba.set_num_threads(previous)
+
+
+def test_stale_numba_cache_is_dropped_when_any_kernel_source_changes(tmp_path):
+    """A kernel's cache holds the helpers it compiled in from other files, which Numba does not
+    check: the cache of a kernel folder goes when any of its sources (or the package's constants)
+    changes, and stays while none does."""
+    from fedopt.kernels.cpu._jit import drop_stale_cache
+
+    folder = tmp_path / "kernels" / "cpu"
+    (folder / "__pycache__").mkdir(parents=True)
+    (tmp_path / "kernels" / "__init__.py").write_text("SOFT = 1\n")
+    (folder / "models.py").write_text("def kernel(): pass\n")
+    (folder / "minibatch.py").write_text("def helper(): pass\n")
+    cached = [folder / "__pycache__" / name for name in ("models.kernel-1.py311.nbi", "models.kernel-1.py311.1.nbc")]
+
+    def cache_again():
+        for path in cached:
+            path.write_bytes(b"compiled")
+
+    cache_again()
+    assert drop_stale_cache(folder)  # no digest yet: whatever is there may be stale
+    assert not any(path.exists() for path in cached)
+    cache_again()
+    assert not drop_stale_cache(folder) and all(path.exists() for path in cached)
+    (folder / "minibatch.py").write_text("def helper(): return 1\n")  # a helper only
+    assert drop_stale_cache(folder) and not any(path.exists() for path in cached)
+    cache_again()
+    (tmp_path / "kernels" / "__init__.py").write_text("SOFT = 2\n")
+    assert drop_stale_cache(folder) and not any(path.exists() for path in cached)
+    assert (folder / "minibatch.py").exists() and list((folder / "__pycache__").glob("*.sha256"))

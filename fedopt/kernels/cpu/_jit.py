@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import types
+from pathlib import Path
 
 import numba
 from llvmlite import ir
@@ -10,6 +13,40 @@ from numba import types as nbtypes
 from numba.extending import intrinsic
 
 from fedopt._backend import numba_cache_enabled
+
+
+def drop_stale_cache(folder: Path = Path(__file__).parent) -> bool:
+    """Delete the Numba cache files in ``folder/__pycache__`` when a Python source of ``folder`` or
+    of its parent package's ``__init__.py`` changed since they were written; True when it did.
+
+    Numba checks a cached function against its own source file only, but a kernel's cache also
+    holds the helpers and constants it compiled in from the other files: after an edit of
+    ``minibatch.py`` alone, the kernels of ``models.py`` would load with the old helpers (and
+    buffers of the old sizes). A digest of the sources, kept beside the cache, tells. A read-only
+    install, whose cache Numba keeps elsewhere, is left alone: an upgrade rewrites every file.
+    """
+    sources = [*sorted(folder.glob("*.py")), folder.parent / "__init__.py"]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
+    cache, stamp = folder / "__pycache__", folder / "__pycache__" / "fedopt-sources.sha256"
+    try:
+        if stamp.read_text() == digest:
+            return False
+    except OSError:
+        pass
+    try:
+        cache.mkdir(exist_ok=True)
+        for path in cache.glob("*.nb[ic]"):
+            path.unlink(missing_ok=True)
+        partial = cache / f"fedopt-sources.{os.getpid()}"
+        partial.write_text(digest)
+        partial.replace(stamp)  # whole or absent for a concurrent reader (pytest-xdist workers)
+    except OSError:
+        return False
+    return True
+
+
+if numba_cache_enabled():
+    drop_stale_cache()
 
 #: Below this many elements the fork/join of a parallel region costs more than it saves
 #: (measured on a 2-core machine, soft-thresholding: even at 32 768 float64 and 65 536 float32
