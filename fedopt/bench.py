@@ -354,6 +354,7 @@ class Suite:
 
     def rounds(self, dtype, clients):
         from fedopt.regularizers import L1
+        from fedopt.run import round_context
 
         itemsize = np.dtype(dtype).itemsize
         for shape_name in SHAPES:
@@ -363,7 +364,8 @@ class Suite:
             for name in METHODS:
                 algorithm = method(name, Q, b)
                 state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
-                seconds = self.timer.best(partial(algorithm.round, state))
+                with round_context(self.backend):  # as fedopt.run runs them
+                    seconds = self.timer.best(partial(algorithm.round, state))
                 peers = self.peer_times(problem, algorithm, state, seconds) if name == "fednmap" else {}
                 self.add(Row.make("round", f"{name}-logistic-l1", self.label(shape_name, d, n, b, Q), dtype,
                                   self.backend.name, seconds, Q * n * b * d * itemsize, "GB/s", "copy", floor, peers))
@@ -375,7 +377,8 @@ class Suite:
         for name in METHODS:
             algorithm = method(name, Q, b)
             state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
-            seconds = self.timer.best(partial(algorithm.round, state), calls=5)
+            with round_context(self.backend):
+                seconds = self.timer.best(partial(algorithm.round, state), calls=5)
             peers = self.peer_times(problem, algorithm, state, seconds) if name == "fednmap" else {}
             self.add(Row.make("round", f"{name}-mlp-h{h}-l1", self.label(shape_name, d, n, b, Q), dtype,
                               self.backend.name, seconds, Q * _mlp_flops(n, b, d, h), "GFLOP/s", "GEMM", floor, peers))

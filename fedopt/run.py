@@ -278,10 +278,16 @@ class DivergenceError(FloatingPointError):
         self.rule = rule
 
 
+def round_context(backend):
+    """The context that the backend's rounds run in: on Numba's threads, BLAS on one thread
+    (``one_blas_thread`` of :mod:`fedopt.kernels.cpu`), else none."""
+    limit = getattr(backend.kernels, "one_blas_thread", None)
+    return contextlib.nullcontext() if limit is None else limit()
+
+
 def blas_beside_kernels(func):
-    """``func`` (:func:`run`, :func:`fedopt.run_batch`) with BLAS on one thread where the backend's
-    rounds run on Numba's threads (``one_blas_thread`` of :mod:`fedopt.kernels.cpu`): from before
-    the set-up, whose BLAS calls (a topology's spectrum) would leave BLAS's threads spinning on the
+    """``func`` (:func:`run`, :func:`fedopt.run_batch`) in :func:`round_context`, from before the
+    set-up, whose BLAS calls (a topology's spectrum) would leave BLAS's threads spinning on the
     cores through the first rounds."""
 
     @functools.wraps(func)
@@ -289,9 +295,7 @@ def blas_beside_kernels(func):
         from fedopt._backend import get_backend
 
         first = problem[0] if isinstance(problem, (list, tuple)) else problem
-        kernels = (first.backend if backend is None else get_backend(backend)).kernels
-        limit = getattr(kernels, "one_blas_thread", None)
-        with contextlib.nullcontext() if limit is None else limit():
+        with round_context(first.backend if backend is None else get_backend(backend)):
             return func(algorithm, problem, *args, backend=backend, **kwargs)
 
     return wrapped
