@@ -146,6 +146,14 @@ def _softmax_chunk(X, y, sample_weight, rows, first, start, scale, coef, interce
     return loss
 
 
+@inline
+def _softmax_buffers(scratch, chunk, d, k):
+    """``(A, S, work)`` in ``scratch`` (:func:`_scratch` after its first ``k + 1`` values): the
+    gathered rows ``(chunk, d)``, the scores (``k * chunk`` values) and the residual's work."""
+    A = scratch[: chunk * d].reshape(chunk, d)
+    return A, scratch[chunk * d : chunk * (d + k)], scratch[chunk * (d + k) : chunk * (d + k + 2)]
+
+
 @function(fastmath=REDUCTION_MATH)
 def _softmax_pass(X, y, sample_weight, rows, first, count, w, k, scale, fit_intercept, g, inv_count, want_loss,
                   want_grad, scratch):
@@ -153,16 +161,15 @@ def _softmax_pass(X, y, sample_weight, rows, first, count, w, k, scale, fit_inte
     divided by ``count``). The rows go in chunks through a small buffer ``A``, and the margins
     ``A coef^T`` and the gradient ``R^T A`` are register-blocked products on it, as in the MLP,
     with a vectorized softmax between them (:func:`_softmax_chunk`). A local step on the digits
-    (32 rows, 64 features, 10 classes) took 5.3 us with rows in pairs and one class at a time, and
-    takes 2.6-2.8 us here (1.9-2.3 us in :func:`_softmax_steps`). ``scratch`` holds the buffers
-    (:func:`_scratch`).
+    (32 rows, 64 features, 10 classes) took 5.3 us with rows in pairs and one class at a time,
+    then 2.6-2.8 us here (1.9-2.3 us in :func:`_softmax_steps`, whose step takes 1.8-1.9 us since
+    the helpers compile without reference counts). ``scratch`` holds the buffers (:func:`_scratch`).
     """
     d = X.shape[1]
     coef, intercepts = w[: k * d].reshape(k, d), w[k * d :]  # no intercepts: empty
     chunk = min(count, CHUNK)
     zero = scale - scale
-    A = scratch[: chunk * d].reshape(chunk, d)
-    S, work = scratch[chunk * d : chunk * (d + k)], scratch[chunk * (d + k) : chunk * (d + k + 2)]
+    A, S, work = _softmax_buffers(scratch, chunk, d, k)
     grad = g[: k * d].reshape(k, d) if want_grad else A[:0]  # g may be too short when no gradient is wanted
     total = 0.0
     for start in range(0, count, chunk):
@@ -307,8 +314,9 @@ def _softmax_steps(X, y, rows, i, first, count, k, scale, fit_intercept, shift, 
     for the gradient and ``M`` from :func:`_scratch`: :func:`_softmax_pass` with its buffers'
     views made once per client rather than once per step, and soft-thresholding fused with the
     update, as in :func:`_single_output_steps`. A step on the digits (32 rows, 64 features, 10
-    classes, one thread) is 1.15-1.37x faster than through :func:`_client_pass` (2.6-2.8 against
-    1.9-2.3 us, each process timing both), with bitwise the same result."""
+    classes, one thread) was 1.15-1.37x faster than through :func:`_client_pass` (2.6-2.8 against
+    1.9-2.3 us, each process timing both, with the helpers still reference-counted), with bitwise
+    the same result; it takes 1.8-1.9 us now."""
     client = np.int64(i)  # the parallel variant's loop index is unsigned
     z, x = Z[client], P[client]
     d, p = X.shape[1], z.shape[0]
@@ -316,9 +324,7 @@ def _softmax_steps(X, y, rows, i, first, count, k, scale, fit_intercept, shift, 
     M[k] = 1 / count
     inv_count = M[k]  # 1/count in the parameters' dtype: float32 stays float32
     zero = scale - scale
-    scratch = M[k + 1 :]
-    A, S = scratch[: chunk * d].reshape(chunk, d), scratch[chunk * d : chunk * (d + k)]
-    work = scratch[chunk * (d + k) : chunk * (d + k + 2)]
+    A, S, work = _softmax_buffers(M[k + 1 :], chunk, d, k)
     full = S.reshape(k, chunk)  # the scores of a whole chunk, a row per class
     coef, intercepts = x[: k * d].reshape(k, d), x[k * d :]  # views of P[i]: each step updates them in place
     grad, grad_intercepts = g[: k * d].reshape(k, d), g[k * d :]
