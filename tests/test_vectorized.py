@@ -57,7 +57,11 @@ def test_normal_map_step_loop_is_vectorized():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("kernel", ["prox_elementwise_kernel", "normal_map_kernel"])
 def test_kernels_are_vectorized(kernel, dtype):
-    fresh = numba.njit(cache=False, error_model="numpy")(getattr(elementwise, kernel).serial.py_func)
+    """The serial variant compiled as the library compiles it (without reference counts). Its kinds'
+    loops vectorized give 75 packed instructions (the normal-map kernel 117-129, znver4); with
+    each row taken through a select between ``a[i]`` and ``a[i, j0:j1]``, most went scalar (15) and
+    soft-thresholding 1e4 elements took 6x the plain loop."""
+    fresh = numba.njit(cache=False, error_model="numpy", _nrt=False)(getattr(elementwise, kernel).serial.py_func)
     # float64 parameters, as the regularizers pass them: the kernels cast them to the data's dtype
     z, theta, w = np.ones((2, 32), dtype), np.array([0.5, 1.0]), np.empty((0, 0), dtype)
     if kernel == "prox_elementwise_kernel":
@@ -65,4 +69,4 @@ def test_kernels_are_vectorized(kernel, dtype):
     else:
         fresh(z, z, z, z[0], z[0], dtype(0.1), dtype(2.0), K.SOFT, theta, w, np.empty_like(z), np.empty_like(z), 1)
     assembly = "\n".join(fresh.inspect_asm().values())
-    assert len(PACKED.findall(assembly)) >= 8, f"{kernel} compiled with little or no packed arithmetic"
+    assert len(PACKED.findall(assembly)) >= 40, f"{kernel} compiled with little packed arithmetic"

@@ -12,6 +12,12 @@ from llvmlite import ir
 from numba import types as nbtypes
 from numba.extending import intrinsic
 
+# The thread count read in compiled code through the threading layer's symbol, as Numba's parallel
+# loops read it: numba.get_num_threads() compiled goes through a ctypes pointer, which keeps the
+# function out of the on-disk cache. The symbol is registered when the threads start, on a cached
+# load too as long as the function also calls a parallel variant (Numba reloads its threads then).
+from numba.np.ufunc.parallel import _iget_num_threads as compiled_num_threads  # noqa: F401
+
 from fedopt._backend import numba_cache_enabled
 
 
