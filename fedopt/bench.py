@@ -653,7 +653,8 @@ def main(backend="numba", quick=False, dtypes=DTYPES, clients=None, families=Non
           f"{info['cpu_count']} cores, numpy "
           f"{info['numpy']}, numba {info['numba']} ({info['numba_threads']} threads){', quick' if quick else ''}",
           file=stream)
-    print("time = best time per call after a warm-up (calls under 20 us timed in loops); floor = same-process copy (GB/s) or batched GEMM (GFLOP/s); "
+    print("time = best time per call after a warm-up (calls under 20 us timed in loops); "
+          "floor = same-process copy (GB/s) or batched GEMM (GFLOP/s); "
           "kernel = the backend kernel call alone; plain = the plainest Numba loop of the same operation; "
           "x plain = kernel / plain; peers = their time over fedopt's", file=stream)
     print(HEADER, file=stream, flush=True)

@@ -160,7 +160,7 @@ def test_second_call_does_not_recompile():
 
 
 @pytest.mark.parametrize("entry", ["prox_elementwise", "normal_map_step"])
-def test_kernel_entries_pick_their_threads_and_can_be_cached(entry):
+def test_kernel_entries_can_be_cached(entry):
     """The backend's entries read the thread count in compiled code through the symbol Numba's own
     parallel loops use: ``numba.get_num_threads()`` there would keep them (and both kernels they call)
     out of the on-disk cache, compiled anew in every process. Their results on both paths are the
