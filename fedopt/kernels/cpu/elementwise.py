@@ -118,11 +118,11 @@ def _prox_tile(kind, theta, w, src, i0, i1, j0, j1, dst):
 
 
 @function
-def _prox_block(kind, theta, w, src, i, j0, j1, dst):
-    """``dst[i, j0:j1] = prox(src[i, j0:j1])``: one row of :func:`_prox_tile` (about 50 ns a call),
-    compiled apart from the local-steps kernels that call it (inlined, it made each of them take
-    longer to compile)."""
-    _prox_tile(kind, theta, w, src, i, i + 1, j0, j1, dst)
+def prox_rows(kind, theta, w, src, i0, i1, j0, j1, dst):
+    """:func:`_prox_tile` compiled once, apart from the kernels that call it (a tile of the kernels
+    below, a client's row in the local-steps kernels): inlined, its seven loops made each caller,
+    and each of a kernel's serial and parallel variants, take seconds longer to compile."""
+    _prox_tile(kind, theta, w, src, i0, i1, j0, j1, dst)
 
 
 @inline
@@ -184,7 +184,7 @@ def prox_elementwise_kernel(z, kind, theta, w, out, threads):
     row_tiles, column_tiles, rows_per_tile = _tiles(n, p, columns)
     for task in prange(row_tiles * column_tiles):
         i0, i1, j0, j1 = _tile(task, n, p, column_tiles, rows_per_tile, columns)
-        _prox_tile(kind, params, w, z, i0, i1, j0, j1, out)
+        prox_rows(kind, params, w, z, i0, i1, j0, j1, out)
 
 
 @function
@@ -238,7 +238,7 @@ def normal_map_kernel(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_o
         i0, i1, j0, j1 = _tile(task, n, p, column_tiles, rows_per_tile, columns)
         _step_rows(z, g, c, z_ref, x_ref, step, inverse, i0, i1, j0, j1, z_out, soft, params, x_out)
         if not soft:
-            _prox_tile(kind, params, w, z_out, i0, i1, j0, j1, x_out)
+            prox_rows(kind, params, w, z_out, i0, i1, j0, j1, x_out)
 
 
 # ---- the backend's entry points ----------------------------------------------------------------

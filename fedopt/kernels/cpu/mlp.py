@@ -23,7 +23,7 @@ from numba import prange
 
 from fedopt.kernels import SOFTMAX
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, kernel
-from fedopt.kernels.cpu.elementwise import _prox_block
+from fedopt.kernels.cpu.elementwise import prox_rows
 from fedopt.kernels.cpu.minibatch import (
     CHUNK,
     add_transpose_times,
@@ -203,7 +203,7 @@ def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, D, lr, p
             else:
                 for j in range(p):
                     z[j] -= rate * g[j]
-            _prox_block(prox_kind, theta[step], w, Z, client, 0, p, P)
+            prox_rows(prox_kind, theta[step], w, Z, client, client + 1, 0, p, P)
 
 
 @kernel(fastmath=REDUCTION_MATH)
@@ -225,7 +225,7 @@ def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, node_
         factor = node_scale[node]
         for step in range(rows.shape[0]):
             _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
-            _prox_block(prox_kind, prox_theta, w, P, node, 0, p, P)
+            prox_rows(prox_kind, prox_theta, w, P, node, node + 1, 0, p, P)
             _client_loss_grad(X, y, None, rows[step, node], first, count, x, h, k, kind, scale, g, False, True, A, H,
                               S, T, G1)
             _track(g, factor, tracking, beta, tracker, last)
