@@ -16,7 +16,11 @@ from numba.extending import intrinsic
 # loops read it: numba.get_num_threads() compiled goes through a ctypes pointer, which keeps the
 # function out of the on-disk cache. The symbol is registered when the threads start, on a cached
 # load too as long as the function also calls a parallel variant (Numba reloads its threads then).
-from numba.np.ufunc.parallel import _iget_num_threads as compiled_num_threads  # noqa: F401
+# A private name of Numba's: a release without it falls back to the public, uncached form.
+try:
+    from numba.np.ufunc.parallel import _iget_num_threads as compiled_num_threads
+except ImportError:  # pragma: no cover - depends on the Numba release
+    compiled_num_threads = numba.get_num_threads
 
 from fedopt._backend import numba_cache_enabled
 
