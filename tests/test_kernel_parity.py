@@ -150,35 +150,13 @@ def test_second_call_does_not_recompile():
     reg, z = R.L1(0.1), sample((3, 10), np.float64)
     reg.prox(z, 0.5)
     reg.prox(z.astype(np.float32), 0.5)
-    compiled = len(elementwise.prox_elementwise.signatures)  # the entry the backend exports
+    compiled = len(elementwise.prox_elementwise_kernel.serial.signatures)
     assert compiled >= 2
     for dtype, shape in [(np.float64, (3, 10)), (np.float32, (5,)), (np.float64, (2, 4))]:
         R.ElasticNet(0.1, 0.2).prox(sample(shape, dtype), 0.5)
         R.MCP(0.1, 3.0).prox(sample(shape, dtype), 0.5)
         reg.prox(np.asfortranarray(sample((4, 6), dtype)), 0.5)  # converted to C order at the boundary
-    assert len(elementwise.prox_elementwise.signatures) == compiled
-
-
-@pytest.mark.parametrize("entry", ["prox_elementwise", "normal_map_step"])
-def test_kernel_entries_can_be_cached(entry):
-    """The backend's entries read the thread count in compiled code through the symbol Numba's own
-    parallel loops use: ``numba.get_num_threads()`` there would keep them (and both kernels they call)
-    out of the on-disk cache, compiled anew in every process. Their results on both paths are the
-    parity tests' above."""
-    import numba
-
-    from fedopt.kernels import SOFT
-    from fedopt.kernels.cpu import elementwise
-
-    fresh = numba.njit(cache=False)(getattr(elementwise, entry).py_func)  # compiled here, not loaded
-    z = sample((2, _jit.PARALLEL_MIN_WORK // 2 + 3), np.float64)  # the parallel path
-    theta, w = np.array([0.1, 1.0]), np.empty((0, 0))
-    if entry == "prox_elementwise":
-        assert fresh(z, SOFT, theta, w, np.empty_like(z)) is not None
-    else:
-        fresh(z, z, np.empty((0, 0)), z[0], z[0], 0.1, 2.0, SOFT, theta, w, np.empty_like(z), np.empty_like(z))
-    library = fresh.overloads[fresh.signatures[0]].library
-    assert not library.has_dynamic_globals
+    assert len(elementwise.prox_elementwise_kernel.serial.signatures) == compiled
 
 
 @pytest.mark.parametrize("module", ["reference", "cpu"])

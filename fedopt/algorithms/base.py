@@ -201,7 +201,7 @@ class Algorithm:
         for step in range(self.local_steps):
             problem.client_grad(P, None if rows is None else rows[step], out=G)
             if fused_update:  # z -= lr * (g + D) and x = prox(z): the normal-map step without its reference term
-                problem.backend.kernels.normal_map_step(Z, G, shift, no_reference, no_reference, float(lr), 0.0, kind,
+                problem.backend.kernels.normal_map_step(Z, G, shift, no_reference, no_reference, lr, 0.0, kind,
                                                         thetas[step], w, Z, P)
                 continue
             if D is not None:

@@ -14,10 +14,11 @@ import numba
 import numpy as np
 
 from fedopt.kernels import KERNEL_NAMES, client_bounds
+from fedopt.kernels.cpu import _jit
+from fedopt.kernels.cpu import elementwise as _elementwise
 from fedopt.kernels.cpu import mlp as _mlp
 from fedopt.kernels.cpu import models as _models
 from fedopt.kernels.cpu import rows as _rows
-from fedopt.kernels.cpu.elementwise import normal_map_step, prox_elementwise  # noqa: F401  (compiled entries)
 from fedopt.kernels.cpu.mixing import mix_sparse
 
 # re-exported: KERNEL_NAMES lists them
@@ -29,10 +30,29 @@ from fedopt.kernels.reference import prox_nuclear  # noqa: F401
 __all__ = [*KERNEL_NAMES, "local_steps_linear", "local_steps_mlp", "mix_sparse", "tracking_steps",
            "tracking_steps_mlp", "one_blas_thread"]
 
+def prox_elementwise(z, kind, theta, w, out):
+    """Separable prox of code ``kind``, e.g. SOFT: ``out = theta[1] * sign(z) * max(|z| - theta[0], 0)``."""
+    if z.size < _jit.PARALLEL_MIN_WORK:  # the serial variant without _jit.threads: 0.05 us of a 0.4 us call
+        _elementwise.prox_elementwise_kernel.serial(z, kind, theta, w, out, 1)
+    else:
+        n_threads = numba.get_num_threads()
+        _elementwise.prox_elementwise_kernel.on(n_threads, z, kind, theta, w, out, n_threads)
+    return out
+
+
 def prox_group(z, starts, order, tau, scale, out):
     """Block soft-thresholding ``out_g = scale * max(0, 1 - tau[g] / ||z_g||) * z_g`` for every group."""
     _rows.prox_group_kernel(z.size, z, starts, order, tau, scale, out)
     return out
+
+
+def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out):
+    """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, in one pass."""
+    n_threads = 1 if z.size < _jit.PARALLEL_MIN_WORK else numba.get_num_threads()  # as in prox_elementwise
+    # the kernel casts eta and inv_gamma: floats here compile one variant
+    _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, float(eta), float(inv_gamma), kind, theta, w,
+                                      z_out, x_out, n_threads)
+    return z_out, x_out
 
 
 def _model_arrays(X, W):

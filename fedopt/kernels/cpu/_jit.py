@@ -12,16 +12,6 @@ from llvmlite import ir
 from numba import types as nbtypes
 from numba.extending import intrinsic
 
-# The thread count read in compiled code through the threading layer's symbol, as Numba's parallel
-# loops read it: numba.get_num_threads() compiled goes through a ctypes pointer, which keeps the
-# function out of the on-disk cache. The symbol is registered when the threads start, on a cached
-# load too as long as the function also calls a parallel variant (Numba reloads its threads then).
-# A private name of Numba's: a release without it falls back to the public, uncached form.
-try:
-    from numba.np.ufunc.parallel import _iget_num_threads as compiled_num_threads
-except ImportError:  # pragma: no cover - depends on the Numba release
-    compiled_num_threads = numba.get_num_threads
-
 from fedopt._backend import numba_cache_enabled
 
 
@@ -79,6 +69,10 @@ class Kernel:
     ``kernel(work, *args)`` runs the parallel variant when ``work`` (elements touched) is at least
     :data:`PARALLEL_MIN_WORK` and Numba has more than one thread, else the serial one; both give
     the same result because every ``prange`` iteration writes its own elements.
+
+    The choice is made in Python, not by a compiled function that calls both variants: Numba
+    caches such a caller broken when the parallel variant it links was itself loaded from the
+    cache (the next process that loads the caller crashes; numba 0.68.1).
 
     A kernel that creates no arrays (``allocates=False``) has its serial variant compiled without
     Numba's reference counts: the call then skips a reference-counted wrapper of each array

@@ -15,7 +15,7 @@ import math
 from numba import prange
 
 from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, MCP, SCAD, SOFT, SOFT_WEIGHTED
-from fedopt.kernels.cpu._jit import PARALLEL_MIN_WORK, compiled_num_threads, function, inline, kernel
+from fedopt.kernels.cpu._jit import function, inline, kernel
 
 #: Elements per task: 128 KiB of float64, so a normal-map tile is still in the L2 cache when the
 #: prox reads it back, and large enough that the cost of entering a tile (about 50 ns, see
@@ -240,38 +240,3 @@ def normal_map_kernel(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_o
         if not soft:
             prox_rows(kind, params, w, z_out, i0, i1, j0, j1, x_out)
 
-
-# ---- the backend's entry points ----------------------------------------------------------------
-# They pick the serial or the parallel variant in compiled code. A Python wrapper that did it took
-# 0.12-0.2 us of a 0.45-0.6 us call on 1 000 elements, and from PARALLEL_MIN_WORK elements on its
-# numba.get_num_threads() another 0.5 us (1.4x the plain loop at 1e5); compiled, that is a read.
-_prox_serial, _prox_parallel = prox_elementwise_kernel.serial, prox_elementwise_kernel.parallel
-_step_serial, _step_parallel = normal_map_kernel.serial, normal_map_kernel.parallel
-
-
-@inline
-def _threads(size):
-    return compiled_num_threads() if size >= PARALLEL_MIN_WORK else 1
-
-
-@function
-def prox_elementwise(z, kind, theta, w, out):
-    """``out = prox(z)`` for a separable prox (:func:`prox_elementwise_kernel`), on the threads that pay."""
-    threads = _threads(z.size)
-    if threads > 1:
-        _prox_parallel(z, kind, theta, w, out, threads)
-    else:
-        _prox_serial(z, kind, theta, w, out, 1)
-    return out
-
-
-@function
-def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out):
-    """The fused normal-map step (:func:`normal_map_kernel`) on the threads that pay; ``eta`` and
-    ``inv_gamma`` are scalars."""
-    threads = _threads(z.size)
-    if threads > 1:
-        _step_parallel(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out, threads)
-    else:
-        _step_serial(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out, 1)
-    return z_out, x_out
