@@ -116,12 +116,13 @@ class BatchProblem(_RunAxis):
                                            w, _flat(Z), _flat(P))
 
     def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
-                             P, NU, MU, Y, G) -> bool:
+                             P, NU, MU, Y, G, adapt_first=True, adapt_after=False) -> bool:
         if theta.ndim == 2:  # per-run prox parameters (R, k): one row per node
             theta = np.repeat(theta, self.n_clients, axis=0)
         scale = np.tile(self.backend.to_numpy(node_scale), self.n_runs)
         return self.rows.fused_tracking_steps(rows, scale, *map(self._per_row, (gamma, alpha, beta)), nesterov,
-                                              tracking, prox_kind, theta, w, *map(_flat, (P, NU, MU, Y, G)))
+                                              tracking, prox_kind, theta, w, *map(_flat, (P, NU, MU, Y, G)),
+                                              adapt_first=adapt_first, adapt_after=adapt_after)
 
     def _per_step_rows(self, rows, steps: int):
         return self.rows._per_step_rows(rows, steps)

@@ -377,8 +377,10 @@ class Suite:
             floor = self.timer.copy_gbps(Q * n * b * d, dtype)
             for name in METHODS:
                 algorithm = method(name, Q, b)
-                state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
-                with round_context(self.backend):  # as fedopt.run runs them
+                # as fedopt.run runs them, from the set-up on: BLAS threads left spinning by the topology's
+                # spectrum made the MLP DEPOSITUM rounds timed next 2x slower
+                with round_context(self.backend):
+                    state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
                     seconds = self.timer.best(partial(algorithm.round, state))
                 peers = self.peer_times(problem, algorithm, state, seconds) if name == "fednmap" else {}
                 self.add(Row.make("round", f"{name}-logistic-l1", self.label(shape_name, d, n, b, Q), dtype,
@@ -390,8 +392,8 @@ class Suite:
         floor = self.timer.gemm_gflops(n, b, d, h, dtype)
         for name in METHODS:
             algorithm = method(name, Q, b)
-            state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
             with round_context(self.backend):
+                state = algorithm.init(problem, L1(LAM), np.random.default_rng(1))
                 seconds = self.timer.best(partial(algorithm.round, state), calls=5)
             peers = self.peer_times(problem, algorithm, state, seconds) if name == "fednmap" else {}
             self.add(Row.make("round", f"{name}-mlp-h{h}-l1", self.label(shape_name, d, n, b, Q), dtype,

@@ -276,9 +276,11 @@ def test_the_topology_experiment_runs_end_to_end_at_tiny_size(tmp_path):
 @pytest.mark.parametrize("method, momentum_type", [("depositum", "polyak"), ("depositum", "nesterov"),
                                                    ("depositum-no-tracking", "polyak")])
 @pytest.mark.parametrize("batch_size", [6, None], ids=["minibatch", "full"])
-def test_depositum_fused_local_iterations_equal_the_step_by_step_ones(method, momentum_type, batch_size, monkeypatch):
+@pytest.mark.parametrize("regularizer", [L1(0.05), Zero()], ids=["l1", "zero"])
+def test_depositum_fused_local_iterations_equal_the_step_by_step_ones(method, momentum_type, batch_size, regularizer,
+                                                                     monkeypatch):
     """The iterations between gossips run as one ``tracking_steps`` call on the CPU; on weighted
-    nodes and with an l1 prox they walk the step-by-step trajectory (and the NumPy reference's)."""
+    nodes, with an l1 prox and with none, they walk the step-by-step trajectory (and the NumPy reference's)."""
     kw = dict(rounds=4, lr=0.05, momentum=0.6, momentum_type=momentum_type, comm_period=4, batch_size=batch_size,
               seed=2, **({"tracking_rate": 0.7} if method == "depositum" else {}))
     def problem(backend="numba"):  # 8 nodes of 20 to 60 samples: weights n w_i from 0.5 to 1.5
@@ -291,13 +293,14 @@ def test_depositum_fused_local_iterations_equal_the_step_by_step_ones(method, mo
     fused_problem = problem()
     calls = []
     kernel = fused_problem.fused_tracking_steps
-    monkeypatch.setattr(fused_problem, "fused_tracking_steps", lambda *args: calls.append(kernel(*args)) or calls[-1])
-    fused = trajectory(method, fused_problem, L1(0.05), **kw)
-    assert len(calls) == 4 and all(calls)
+    monkeypatch.setattr(fused_problem, "fused_tracking_steps",
+                        lambda *a, **kw: calls.append(kernel(*a, **kw)) or calls[-1])
+    fused = trajectory(method, fused_problem, regularizer, **kw)
+    assert len(calls) == 2 * 4 and all(calls)  # a round: up to the gossip of x, then the gradient
     stepwise_problem = problem()
-    monkeypatch.setattr(stepwise_problem, "fused_tracking_steps", lambda *args: False)
-    stepwise = trajectory(method, stepwise_problem, L1(0.05), **kw)
-    reference = trajectory(method, problem("numpy"), L1(0.05), **kw)
+    monkeypatch.setattr(stepwise_problem, "fused_tracking_steps", lambda *args, **phases: False)
+    stepwise = trajectory(method, stepwise_problem, regularizer, **kw)
+    reference = trajectory(method, problem("numpy"), regularizer, **kw)
     assert np.abs(np.diff(fused, axis=0)).max() > 1e-3  # the rounds move
     np.testing.assert_allclose(fused, stepwise, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(fused, reference, rtol=1e-10, atol=1e-12)

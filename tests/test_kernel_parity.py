@@ -303,8 +303,36 @@ def test_tracking_steps_match_reference(kind, n_out, storage, dtype):
                             start[2] = np.empty((0, 0), dtype)
                         args = (X, y, offsets, rows, kind, n_out, 0.7, True, node_scale, 0.6, 0.2, 0.5, nesterov,
                                 tracking, prox_kind, np.array(theta, dtype), np.empty((0, 0), dtype))
-                        expected = reference.tracking_steps(*args, *[a.copy() for a in start])
-                        result = cpu.tracking_steps(*args, *[a.copy() for a in start])
-                        for got, want in zip(result, expected, strict=True):
-                            assert got.dtype == dtype
-                            np.testing.assert_allclose(got, want, **tolerances(dtype))
+                        for phases in ({}, {"adapt_first": False}, {"adapt_after": True}):
+                            expected = reference.tracking_steps(*args, *[a.copy() for a in start], **phases)
+                            result = cpu.tracking_steps(*args, *[a.copy() for a in start], **phases)
+                            for got, want in zip(result, expected, strict=True):
+                                assert got.dtype == dtype
+                                np.testing.assert_allclose(got, want, **tolerances(dtype))
+
+
+def test_tracking_steps_split_around_the_gossip_equal_one_call():
+    """DEPOSITUM's split of an iteration: ``adapt_after`` on the first T - 1 iterations, then the
+    last iteration with ``adapt_first=False``, is the T-iteration call when nothing runs between."""
+    from fedopt import kernels as K
+    from fedopt.kernels import cpu, reference
+
+    rng = np.random.default_rng(5)
+    n, per_node, d, batch, steps = 5, 9, 7, 4, 3
+    offsets = np.arange(n + 1) * per_node
+    X, y = rng.standard_normal((offsets[-1], d)), np.sign(rng.standard_normal(offsets[-1]))
+    rows = np.stack([np.stack([rng.integers(offsets[i], offsets[i + 1], batch) for i in range(n)])
+                     for _ in range(steps)])
+    for module in (reference, cpu):
+        for nesterov in (False, True):
+            start = [0.3 * rng.standard_normal((n, d + 1)) for _ in range(5)]
+            if not nesterov:
+                start[2] = np.empty((0, 0))
+            tail = (K.LOGISTIC, 1, 0.7, True, np.ones(n), 0.6, 0.2, 0.5, nesterov, True, K.SOFT,
+                    np.array([0.02, 0.9]), np.empty((0, 0)))
+            whole = module.tracking_steps(X, y, offsets, rows, *tail, *[a.copy() for a in start])
+            split = module.tracking_steps(X, y, offsets, rows[:-1], *tail, *[a.copy() for a in start],
+                                          adapt_after=True)
+            split = module.tracking_steps(X, y, offsets, rows[-1:], *tail, *split, adapt_first=False)
+            for a, b in zip(split, whole, strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)

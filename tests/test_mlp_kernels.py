@@ -54,11 +54,12 @@ def test_tracking_steps_mlp_matches_reference(dtype, parallel, monkeypatch):
                     state[2] = np.empty((0, 0), dtype)
                 args = (X, y, offsets, rows, h, k, kind, 0.7, rng.uniform(0.5, 1.5, n), rng.uniform(0.2, 0.8, n), 0.1,
                         0.7, nesterov, tracking, K.SOFT, np.array([0.002, 0.95], dtype), np.empty((0, 0), dtype))
-                expected = reference.tracking_steps_mlp(*args, *(a.copy() for a in state))
-                got = cpu.tracking_steps_mlp(*args, *(a.copy() for a in state))
-                for a, b in zip(got, expected, strict=True):
-                    assert a.dtype == dtype
-                    np.testing.assert_allclose(a, b, **tolerances(dtype))
+                for phases in ({}, {"adapt_first": False}, {"adapt_after": True}):
+                    expected = reference.tracking_steps_mlp(*args, *(a.copy() for a in state), **phases)
+                    got = cpu.tracking_steps_mlp(*args, *(a.copy() for a in state), **phases)
+                    for a, b in zip(got, expected, strict=True):
+                        assert a.dtype == dtype
+                        np.testing.assert_allclose(a, b, **tolerances(dtype))
 
 
 @pytest.mark.parametrize("dtype, parallel", [(np.float64, False), (np.float32, False), (np.float64, True)],
@@ -155,11 +156,12 @@ def test_depositum_mlp_fused_iterations_equal_the_step_by_step_ones(momentum_typ
     fused_problem = problem()
     calls = []
     kernel = fused_problem.fused_tracking_steps
-    monkeypatch.setattr(fused_problem, "fused_tracking_steps", lambda *args: calls.append(kernel(*args)) or calls[-1])
+    monkeypatch.setattr(fused_problem, "fused_tracking_steps",
+                        lambda *a, **kw: calls.append(kernel(*a, **kw)) or calls[-1])
     fused = trajectory(fused_problem)
-    assert len(calls) == 3 and all(calls)
+    assert len(calls) == 2 * 3 and all(calls)  # a round: up to the gossip of x, then the gradient
     stepwise_problem = problem()
-    monkeypatch.setattr(stepwise_problem, "fused_tracking_steps", lambda *args: False)
+    monkeypatch.setattr(stepwise_problem, "fused_tracking_steps", lambda *args, **phases: False)
     stepwise = trajectory(stepwise_problem)
     assert np.abs(np.diff(fused, axis=0)).max() > 1e-4  # the rounds move
     np.testing.assert_allclose(fused, stepwise, rtol=1e-10, atol=1e-12)

@@ -89,7 +89,7 @@ def test_fused_rounds_walk_the_reference_trajectory(method, monkeypatch):
     fused_problem = regression()
     fused = "fused_local_steps" if method == "fednmap" else "fused_tracking_steps"
     calls, kernel = [], getattr(fused_problem, fused)
-    monkeypatch.setattr(fused_problem, fused, lambda *args: calls.append(kernel(*args)) or calls[-1])
+    monkeypatch.setattr(fused_problem, fused, lambda *a, **kw: calls.append(kernel(*a, **kw)) or calls[-1])
     result = fedopt.run(method, fused_problem, L1(0.01), seed=1, **kw)
     assert calls and all(calls)
     expected = fedopt.run(method, regression("numpy"), L1(0.01), seed=1, **kw)

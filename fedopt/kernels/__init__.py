@@ -86,16 +86,18 @@ The fused local loop (:mod:`.reference`, :mod:`.cpu` and :mod:`.gpu`)
     The same for the MLP of ``mlp_oracle`` (CPU only: one ``prange`` task per client, BLAS
     products on buffers that stay in cache).
 ``tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta,
-nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)``
+nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False)``
     DEPOSITUM's iterations without gossip for a linear model (reference and CPU), ``rows`` of
     shape ``(T, n, b)`` or ``(T, n, 0)``: per node and iteration, the momentum ``NU`` (and ``MU``
     with ``nesterov``; else ``MU`` is ``(0, 0)``) on the tracker ``Y``, ``P = prox(P - alpha NU)``
     with the separable prox ``prox_kind`` at ``theta``, the gradient ``node_scale[i] grad f_i(P[i])``
     into ``G`` and, with ``tracking``, ``Y += beta (G_new - G)`` (else ``Y = G_new``). ``gamma``,
     ``alpha`` and ``beta`` are scalars or length-``n`` vectors (node ``i`` uses entry ``i``), ``theta``
-    ``(k,)`` or ``(n, k)``.
+    ``(k,)`` or ``(n, k)``. Two trailing options split an iteration around a gossip of ``P``:
+    ``adapt_first=False`` starts the first iteration at its gradient (its momentum and prox ran in
+    the call before), ``adapt_after=True`` ends the call with one more iteration's momentum and prox.
 ``tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_scale, gamma, alpha, beta,
-nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)``
+nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False)``
     The same for the MLP of ``mlp_oracle`` (reference and CPU).
 
 Gossip over neighbour lists (CPU only: :mod:`.reference` and :mod:`.cpu`)

@@ -296,7 +296,7 @@ def local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, pr
 
 
 def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta, nesterov,
-                   tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+                   tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False):
     """DEPOSITUM's iterations without gossip for a linear model, ``rows`` of shape ``(T, n, b)``.
 
     For each iteration: ``nu = gamma nu + (1 - gamma) y`` (Nesterov: ``mu`` first, then
@@ -304,6 +304,8 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     ``theta``); ``g_new = node_scale[i] grad f_i(P[i])``; with ``tracking`` ``y += beta (g_new - G)``,
     else ``y = g_new`` (the ablation's momentum reads g); ``G = g_new``. ``MU`` is ``(0, 0)`` without Nesterov.
     ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node; ``theta`` is ``(k,)`` or ``(n, k)``.
+    Without ``adapt_first`` the first iteration starts at its gradient; ``adapt_after`` ends the call
+    with the momentum and prox of one more iteration (a gossip of ``P`` then goes between the two calls).
     """
 
     def gradient(W, step_rows, out):
@@ -311,11 +313,11 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
                       np.empty(0, W.dtype), out)
 
     return _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta,
-                                w, P, NU, MU, Y, G)
+                                w, P, NU, MU, Y, G, adapt_first, adapt_after)
 
 
 def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_scale, gamma, alpha, beta, nesterov,
-                       tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+                       tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False):
     """:func:`tracking_steps` for the MLP of :func:`mlp_oracle`."""
 
     def gradient(W, step_rows, out):
@@ -323,21 +325,24 @@ def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_s
                    np.empty(0, W.dtype), out)
 
     return _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta,
-                                w, P, NU, MU, Y, G)
+                                w, P, NU, MU, Y, G, adapt_first, adapt_after)
 
 
 def _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
-                         P, NU, MU, Y, G):
+                         P, NU, MU, Y, G, adapt_first, adapt_after):
     """The iterations of :func:`tracking_steps` with the model's ``gradient(W, rows, out)``."""
     G_new = np.empty_like(P)
     gamma, alpha, beta = (_per_row(v, P.dtype) for v in (gamma, alpha, beta))
-    for step in range(rows.shape[0]):
-        if nesterov:
-            MU[...] = (MU - Y) * gamma + Y
-            NU[...] = MU * gamma + Y * (1 - gamma)
-        else:
-            NU[...] = (NU - Y) * gamma + Y
-        P[...] = _prox_rows(P - NU * alpha, prox_kind, theta, w)
+    for step in range(rows.shape[0] + adapt_after):
+        if step > 0 or adapt_first:
+            if nesterov:
+                MU[...] = (MU - Y) * gamma + Y
+                NU[...] = MU * gamma + Y * (1 - gamma)
+            else:
+                NU[...] = (NU - Y) * gamma + Y
+            P[...] = _prox_rows(P - NU * alpha, prox_kind, theta, w)
+        if step == rows.shape[0]:
+            break
         gradient(P, rows[step], G_new)
         G_new *= node_scale[:, None].astype(P.dtype)
         Y[...] = Y + (G_new - G) * beta if tracking else G_new

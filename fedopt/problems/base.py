@@ -132,10 +132,11 @@ class Problem(PointArguments):
         return np.empty((steps, self.n_clients, 0), dtype=np.int64) if rows is None else rows
 
     def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
-                             P, NU, MU, Y, G) -> bool:
+                             P, NU, MU, Y, G, adapt_first=True, adapt_after=False) -> bool:
         """DEPOSITUM's iterations without gossip in one kernel call where the backend has one; False if not.
 
-        See ``tracking_steps`` in :mod:`fedopt.kernels`; ``rows`` is ``(T, n, b)`` or ``(T, n, 0)``.
+        See ``tracking_steps`` in :mod:`fedopt.kernels` (also for ``adapt_first`` and ``adapt_after``);
+        ``rows`` is ``(T, n, b)`` or ``(T, n, 0)``.
         """
         return False
 

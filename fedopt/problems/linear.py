@@ -69,14 +69,15 @@ class LinearModel(Problem):
         return done is not None
 
     def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
-                             P, NU, MU, Y, G) -> bool:
+                             P, NU, MU, Y, G, adapt_first=True, adapt_after=False) -> bool:
         """DEPOSITUM's iterations without gossip in one ``tracking_steps`` call (the CPU backends);
         False with sample weights (the fused kernel takes none) and the caller steps array-wise."""
         kernel = getattr(self.backend.kernels, "tracking_steps", None)
         if kernel is None or self.has_sample_weight:
             return False
         kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale, self.fit_intercept,
-               node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)
+               node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G,
+               adapt_first=adapt_first, adapt_after=adapt_after)
         return True
 
     def decision_function(self, x, X=None):

@@ -112,7 +112,7 @@ class MLP(Problem):
         return True
 
     def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
-                             P, NU, MU, Y, G) -> bool:
+                             P, NU, MU, Y, G, adapt_first=True, adapt_after=False) -> bool:
         """DEPOSITUM's iterations without gossip in one ``tracking_steps_mlp`` call where the backend
         has that kernel (the CPU); False with sample weights (the fused kernel takes none) and the
         caller steps array-wise."""
@@ -120,7 +120,8 @@ class MLP(Problem):
         if kernel is None or self.has_sample_weight:
             return False
         kernel(self._X, self._y, self._offsets, rows, self.hidden, self.n_out, self.kind, self.dataset.scale,
-               node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G)
+               node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G,
+               adapt_first=adapt_first, adapt_after=adapt_after)
         return True
 
     def decision_function(self, x, X=None):

@@ -106,12 +106,17 @@ class Depositum(DecentralizedMethod):
         problem = env.problem
         work = self._workspace(state)
         local = self.comm_period - 1  # the iterations before the one that gossips
-        if local:
-            rows = self.draw_rows(env, steps=local)
-            if not self._fused_iterations(env, work, rows, local):
-                for step in range(local):
-                    self._iteration(env, mixer, work, False, None if rows is None else rows[step])
-        self._iteration(env, mixer, work, True, self.draw_rows(env))
+        rows = self.draw_rows(env, steps=local) if local else None
+        # fused: the local iterations and the gossiping one's adapt, its combine, then its gradient
+        if self._fused_iterations(env, work, rows, local, adapt_after=True):
+            _gossip(mixer, work, "X")
+            self._fused_iterations(env, work, self.draw_rows(env, steps=1), 1, adapt_first=False)
+            if self.tracking:
+                _gossip(mixer, work, "Y")
+        else:
+            for step in range(local):
+                self._iteration(env, mixer, work, False, None if rows is None else rows[step])
+            self._iteration(env, mixer, work, True, self.draw_rows(env))
         n, p, T0 = problem.n_clients, problem.n_params, self.comm_period
         costs = Costs(grad_evals=n * T0, prox_evals=n * T0) + self.gossip_costs(graph, p, 2 if self.tracking else 1)
         arrays = {k: work[k] for k in ("X", *self._arrays())}
@@ -129,9 +134,10 @@ class Depositum(DecentralizedMethod):
         work["G_new"], work["S"] = xp.empty_like(work["X"]), xp.empty_like(work["X"])
         return work
 
-    def _fused_iterations(self, env, work, rows, steps: int) -> bool:
-        """``steps`` iterations without gossip in one kernel call, where the problem has one (linear
-        models on the CPU) and the prox is separable; False, with nothing done, otherwise."""
+    def _fused_iterations(self, env, work, rows, steps: int, **phases) -> bool:
+        """``steps`` iterations without gossip in one kernel call, where the problem has one (the CPU
+        and NumPy backends) and the prox is separable; False, with nothing done, otherwise.
+        ``phases``: ``adapt_first`` and ``adapt_after`` of ``tracking_steps`` (:mod:`fedopt.kernels`)."""
         problem = env.problem
         separable = env.regularizer.separable([self.prox_step], problem.backend, problem.dtype)
         if separable is None:
@@ -141,7 +147,7 @@ class Depositum(DecentralizedMethod):
         return problem.fused_tracking_steps(
             problem._per_step_rows(rows, steps), problem.weights * problem.n_clients, self.momentum, self.lr,
             self.tracking_rate, self.momentum_type == "nesterov", self.tracking, kind, thetas[0], w,
-            work["X"], work["NU"], work.get("MU", no_mu), work["Y"], work["G"])
+            work["X"], work["NU"], work.get("MU", no_mu), work["Y"], work["G"], **phases)
 
     def _iteration(self, env, mixer, work, communicate: bool, rows):
         xp = env.problem.backend.xp
@@ -158,20 +164,24 @@ class Depositum(DecentralizedMethod):
         X -= S
         env.regularizer.prox(X, self.prox_step, out=X)
         if communicate:
-            mixer(X, out=S)
-            work["X"], work["S"] = X, S = S, X
+            _gossip(mixer, work, "X")
         G, G_new = work["G"], work["G_new"]
-        self.node_gradients(env, X, rows, out=G_new)
+        self.node_gradients(env, work["X"], rows, out=G_new)
         if self.tracking:  # (12b): y = W^t (y + beta (g_new - g))
             xp.subtract(G_new, G, out=G)
             G *= beta
             Y += G
             if communicate:
-                mixer(Y, out=S)
-                work["Y"], work["S"] = S, Y
+                _gossip(mixer, work, "Y")
         else:  # the ablation: the momentum reads g instead of y
             Y[...] = G_new
         work["G"], work["G_new"] = G_new, G
+
+
+def _gossip(mixer, work, name: str):
+    """``work[name] = W work[name]`` (the combine), through the scratch array ``work["S"]``."""
+    mixer(work[name], out=work["S"])
+    work[name], work["S"] = work["S"], work[name]
 
 
 def _average_into(A, B, gamma: float):

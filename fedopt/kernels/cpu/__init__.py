@@ -134,15 +134,17 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
 
 
 def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta, nesterov,
-                   tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+                   tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False):
     """DEPOSITUM's local iterations (momentum, prox step, gradient, tracking) of every node in one call.
 
-    ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node.
+    ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node; ``adapt_first`` and
+    ``adapt_after`` as in :mod:`fedopt.kernels`.
     """
     _models.tracking_steps_kernel(_work(X, _rows_read(offsets, rows), n_out, len(P)), *_model_arrays(X, P), y,
                                   *client_bounds(offsets), rows, kind, n_out, P.dtype.type(scale), fit_intercept,
-                                  *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking, prox_kind,
-                                  _node_thetas(theta, P), w, P, NU, MU, Y, G)
+                                  *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking,
+                                  bool(adapt_first), bool(adapt_after), prox_kind, _node_thetas(theta, P), w, P, NU,
+                                  MU, Y, G)
     return P, NU, MU, Y, G
 
 
@@ -156,7 +158,7 @@ def _node_parameters(node_scale, gamma, alpha, beta, P):
 
 def _node_thetas(theta, P):
     """Prox parameters ``(k,)`` or ``(n, k)`` as the rows the tracking kernels index."""
-    return theta.astype(P.dtype).reshape(-1, theta.shape[-1])
+    return np.atleast_2d(theta.astype(P.dtype))
 
 
 def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weight, loss_out, grad_out):
@@ -183,14 +185,15 @@ def local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, pr
 
 
 def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_scale, gamma, alpha, beta, nesterov,
-                       tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+                       tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False):
     """DEPOSITUM's local iterations of every node for the MLP in one call: :func:`tracking_steps`
     with the model of :func:`mlp_oracle`."""
     with one_blas_thread():
         _mlp.tracking_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y,
                                        *client_bounds(offsets), rows, n_hidden, n_out, kind, P.dtype.type(scale),
                                        *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking,
-                                       prox_kind, _node_thetas(theta, P), w, P, NU, MU, Y, G)
+                                       bool(adapt_first), bool(adapt_after), prox_kind, _node_thetas(theta, P), w, P,
+                                       NU, MU, Y, G)
     return P, NU, MU, Y, G
 
 

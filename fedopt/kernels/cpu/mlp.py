@@ -208,7 +208,8 @@ def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, D, lr, p
 
 @kernel(fastmath=REDUCTION_MATH)
 def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, node_scale, gammas, one_minus_gammas,
-                              alphas, betas, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G):
+                              alphas, betas, nesterov, tracking, adapt_first, adapt_after, prox_kind, theta, w, P, NU,
+                              MU, Y, G):
     """DEPOSITUM's iterations without gossip, node by node, for the MLP: the loop of
     ``tracking_steps_kernel`` in :mod:`fedopt.kernels.cpu.models` around :func:`_client_loss_grad`;
     a node's five vectors and its buffers stay in cache for its T iterations. No sample weights."""
@@ -223,9 +224,12 @@ def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, node_
         g = np.empty(p, dtype=P.dtype)
         x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
         factor = node_scale[node]
-        for step in range(rows.shape[0]):
-            _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
-            prox_rows(prox_kind, prox_theta, w, P, node, node + 1, 0, p, P)
+        for step in range(rows.shape[0] + adapt_after):
+            if step > 0 or adapt_first:
+                _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
+                prox_rows(prox_kind, prox_theta, w, P, node, node + 1, 0, p, P)
+            if step == rows.shape[0]:
+                break
             _client_loss_grad(X, y, None, rows[step, node], first, count, x, h, k, kind, scale, g, False, True, A, H,
                               S, T, G1)
             _track(g, factor, tracking, beta, tracker, last)

@@ -421,10 +421,11 @@ def _track(g, factor, tracking, beta, tracker, last):
 @kernel(fastmath=REDUCTION_MATH)
 def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows, kind, n_out, scale,
                           fit_intercept, node_scale, gammas, one_minus_gammas, alphas, betas, nesterov, tracking,
-                          prox_kind, theta, w, P, NU, MU, Y, G):
+                          adapt_first, adapt_after, prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's iterations without gossip, node by node (see ``tracking_steps`` in :mod:`fedopt.kernels`);
     ``gammas``, ``one_minus_gammas``, ``alphas``, ``betas`` hold one value, or one per node; ``theta``
-    one row of prox parameters, or one per node. No sample weights."""
+    one row of prox parameters, or one per node; ``adapt_first`` and ``adapt_after`` split an
+    iteration around a gossip. No sample weights."""
     n, p = P.shape
     for i in prange(n):
         node = np.int64(i)  # the parallel variant's loop index is unsigned
@@ -436,9 +437,12 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
         g = np.empty(p, dtype=P.dtype)
         x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
         factor = node_scale[node]
-        for step in range(rows.shape[0]):
-            _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
-            prox_rows(prox_kind, prox_theta, w, P, node, node + 1, 0, p, P)
+        for step in range(rows.shape[0] + adapt_after):
+            if step > 0 or adapt_first:
+                _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
+                prox_rows(prox_kind, prox_theta, w, P, node, node + 1, 0, p, P)
+            if step == rows.shape[0]:
+                break
             _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, node], first, count, x, kind,
                          n_out, scale, fit_intercept, M, g, False, True)
             _track(g, factor, tracking, beta, tracker, last)
