@@ -167,6 +167,23 @@ def test_an_expired_claim_is_taken_over_and_renew_keeps_it(tmp_path):
         assert a.held_by_others(["k2"], "a")["k2"][0] == "b"
 
 
+def test_a_claim_of_a_process_gone_from_this_host_is_taken_over_at_once(tmp_path):
+    """A killed sweep's leases need not be waited out when it ran here: its pid no longer runs.
+    The claims of a live process, of another host, or of an owner not named host:pid stay held."""
+    import socket
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    owners = {"k0": f"{host}:{gone.pid}:ab12", "k1": f"{host}:{os.getpid()}:cd34",
+              "k2": f"elsewhere-{host}:{gone.pid}:ef56", "k3": "a"}
+    with Store(tmp_path / "s.db") as store:
+        for key, owner in owners.items():
+            assert store.claim([key], owner) == [key]
+        assert store.held_by_others(list(owners), "b").keys() == {"k1", "k2", "k3"}
+        assert store.claim(list(owners), "b") == ["k0"]
+
+
 def test_claim_reruns_stored_runs_only_when_asked(tmp_path):
     with Store(tmp_path / "s.db") as store:
         store.put("bad", {}, record("failed", rounds=()))

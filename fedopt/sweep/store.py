@@ -18,7 +18,8 @@ Tables (schema 2):
 * ``claims``: leases on runs being executed (``key``, ``owner``, ``expires``). :meth:`Store.claim`
   takes the runs that are neither stored nor held by a live lease of another owner in one
   ``BEGIN IMMEDIATE`` transaction, so any number of processes on one store split a grid; a lease
-  left by a killed process expires and is taken over.
+  left by a killed process expires and is taken over, at once when its owner (``host:pid:...``)
+  names a process of this host that no longer runs.
 
 Every finished run is one transaction (:meth:`Store.put` stores it and drops its claim), so a run is
 either stored whole or not at all. A store opened for writing runs in WAL mode with
@@ -184,6 +185,23 @@ def _real(value):
 def _chunks(items, size: int = _CHUNK):
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def owner_is_gone(owner: str) -> bool:
+    """True when the claimant ``owner`` (``host:pid:token``, as :func:`fedopt.sweep.execute.default_owner`
+    names it) is a process of this host that no longer runs. Any other owner, or a pid now reused
+    by another process, counts as live: its lease then ends when it expires."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process, or no right to ask: assume it runs
+        return False
+    return False
 
 
 def _unique(keys) -> list[str]:
@@ -528,6 +546,8 @@ class Store:
         return {"sweep": sweep, "runs_removed": removed}
 
     # ------------------------------------------------------------------ claims
+    # A claim's lease is live until it expires, unless its owner is a process of this host that
+    # has gone (killed): resuming right after a kill then need not wait out the lease.
     @_guarded
     def claim(self, keys, owner: str, lease: float = 60.0, rerun=()) -> list[str]:
         """Claim, in order and in one transaction, the ``keys`` free to run: not stored (or stored with a status
@@ -542,9 +562,9 @@ class Store:
                 marks = ", ".join("?" * len(chunk))
                 stored = {r[0]: r[1] for r in self._db.execute(
                     f"SELECT key, status FROM runs WHERE key IN ({marks})", chunk)}
-                held = {r[0] for r in self._db.execute(
-                    f"SELECT key FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
-                    (*chunk, owner, now))}
+                held = {key for key, holder in self._db.execute(
+                    f"SELECT key, owner FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
+                    (*chunk, owner, now)) if not owner_is_gone(holder)}
                 free = [k for k in chunk if k not in held and (k not in stored or stored[k] in rerun)]
                 self._db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)",
                                      [(k, owner, now + lease) for k in free])
@@ -576,7 +596,8 @@ class Store:
             for key, holder, expires in self._db.execute(
                     f"SELECT key, owner, expires FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
                     (*chunk, owner, now)):
-                out[key] = (holder, expires)
+                if not owner_is_gone(holder):
+                    out[key] = (holder, expires)
         return out
 
     # ------------------------------------------------------------------ runs
