@@ -34,7 +34,7 @@ from fedopt.kernels.cpu.minibatch import (
     times,
     times_transpose,
 )
-from fedopt.kernels.cpu.models import _momentum_step, _node_parameters, _row_thetas, _row_value, _track
+from fedopt.kernels.cpu.models import _adapt, _node_parameters, _row_thetas, _row_value, _track
 
 #: Passes over at most this many rows do their forward product ``A W1^T`` with loops, longer ones
 #: with BLAS. Measured on one Zen 5 core, ``(8, 64) @ (64, 32)``: loops 0.44 us, BLAS 1.2 us; at 32
@@ -222,12 +222,11 @@ def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, node_
                                                                            betas, theta)
         A, H, S, T, G1 = _buffers(count, X.shape[1], h, k, P[0])
         g = np.empty(p, dtype=P.dtype)
-        x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
+        x, tracker, last = P[node], Y[node], G[node]
         factor = node_scale[node]
         for step in range(rows.shape[0] + adapt_after):
             if step > 0 or adapt_first:
-                _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
-                prox_rows(prox_kind, prox_theta, w, P, node, node + 1, 0, p, P)
+                _adapt(nesterov, gamma, one_minus_gamma, alpha, prox_kind, prox_theta, w, node, P, NU, MU, Y)
             if step == rows.shape[0]:
                 break
             _client_loss_grad(X, y, None, rows[step, node], first, count, x, h, k, kind, scale, g, False, True, A, H,

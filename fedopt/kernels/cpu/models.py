@@ -405,6 +405,15 @@ def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x):
         x[j] -= nu[j] * alpha
 
 
+@inline
+def _adapt(nesterov, gamma, one_minus_gamma, alpha, prox_kind, theta, w, node, P, NU, MU, Y):
+    """DEPOSITUM's adapt step of node ``node``: its momentum and ``x -= alpha nu`` (:func:`_momentum_step`),
+    then ``x = prox(x)`` in place."""
+    nu = NU[node]
+    _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, Y[node], P[node])
+    prox_rows(prox_kind, theta, w, P, node, node + 1, 0, P.shape[1], P)
+
+
 @function(fastmath=REDUCTION_MATH)
 def _track(g, factor, tracking, beta, tracker, last):
     """Gradient tracking of one node with its fresh gradient ``factor * g``: ``y += beta (g_new - g)``,
@@ -435,12 +444,11 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, r
                                                                            betas, theta)
         M = _scratch(dense, kind, count, d, n_out, P)
         g = np.empty(p, dtype=P.dtype)
-        x, nu, tracker, last = P[node], NU[node], Y[node], G[node]
+        x, tracker, last = P[node], Y[node], G[node]
         factor = node_scale[node]
         for step in range(rows.shape[0] + adapt_after):
             if step > 0 or adapt_first:
-                _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, tracker, x)
-                prox_rows(prox_kind, prox_theta, w, P, node, node + 1, 0, p, P)
+                _adapt(nesterov, gamma, one_minus_gamma, alpha, prox_kind, prox_theta, w, node, P, NU, MU, Y)
             if step == rows.shape[0]:
                 break
             _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, node], first, count, x, kind,
