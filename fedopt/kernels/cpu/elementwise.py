@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import prange
 
 from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, MCP, SCAD, SOFT, SOFT_WEIGHTED
@@ -155,6 +156,16 @@ def prox_rows(kind, theta, w, src, i0, i1, j0, j1, dst):
     below, a client's row in the local-steps kernels): inlined, its seven loops made each caller,
     and each of a kernel's serial and parallel variants, take seconds longer to compile."""
     _prox_tile(kind, theta, w, src, i0, i1, j0, j1, dst)
+
+
+@inline
+def prox_row(kind, theta, w, src, i, dst):
+    """``dst[i] = prox(src[i])`` with ``theta`` one row of prox parameters (an array): :func:`prox_rows`
+    called with the argument types of the kernels below (parameters as a tuple in the data's
+    dtype, int64 bounds), so that the local-steps and tracking kernels share its compiled
+    signatures (nine before, about 5 s of compile each)."""
+    i0 = np.int64(i)
+    prox_rows(kind, _in_dtype_of(src, theta), w, src, i0, i0 + 1, np.int64(0), np.int64(src.shape[1]), dst)
 
 
 @inline

@@ -23,7 +23,7 @@ from numba import prange
 
 from fedopt.kernels import SOFTMAX
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, kernel
-from fedopt.kernels.cpu.elementwise import prox_rows
+from fedopt.kernels.cpu.elementwise import prox_row
 from fedopt.kernels.cpu.minibatch import (
     CHUNK,
     add_transpose_times,
@@ -203,7 +203,7 @@ def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, D, lr, p
             else:
                 for j in range(p):
                     z[j] -= rate * g[j]
-            prox_rows(prox_kind, theta[step], w, Z, client, client + 1, 0, p, P)
+            prox_row(prox_kind, theta[step], w, Z, client, P)
 
 
 @kernel(fastmath=REDUCTION_MATH)

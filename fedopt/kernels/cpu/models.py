@@ -14,7 +14,7 @@ from numba import prange
 
 from fedopt.kernels import LEAST_SQUARES, SOFT, SOFTMAX
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel, prefetch
-from fedopt.kernels.cpu.elementwise import _soft, prox_rows
+from fedopt.kernels.cpu.elementwise import _soft, prox_row
 from fedopt.kernels.cpu.minibatch import CHUNK, add_transpose_times, gather, row_of, softmax_residual, times_transpose
 
 
@@ -304,7 +304,7 @@ def _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_interc
         else:
             for j in range(z.shape[0]):
                 z[j] -= lr * (g[j] + shift[j])
-            prox_rows(prox_kind, thetas[step], w, Z, client, client + 1, 0, z.shape[0], P)
+            prox_row(prox_kind, thetas[step], w, Z, client, P)
 
 
 @function(fastmath=REDUCTION_MATH)
@@ -345,7 +345,7 @@ def _softmax_steps(X, y, rows, i, first, count, k, scale, fit_intercept, shift, 
         else:
             for j in range(p):
                 z[j] -= lr * (g[j] + shift[j])
-            prox_rows(prox_kind, thetas[step], w, Z, client, client + 1, 0, p, P)
+            prox_row(prox_kind, thetas[step], w, Z, client, P)
 
 
 @kernel(fastmath=REDUCTION_MATH)
@@ -378,7 +378,7 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows
                          n_out, scale, fit_intercept, M, g, False, True)
             for j in range(p):
                 z[j] -= rate * (g[j] + shift[j])
-            prox_rows(prox_kind, theta[step], w, Z, i, i + 1, 0, p, P)
+            prox_row(prox_kind, theta[step], w, Z, i, P)
 
 
 @inline
@@ -411,7 +411,7 @@ def _adapt(nesterov, gamma, one_minus_gamma, alpha, prox_kind, theta, w, node, P
     then ``x = prox(x)`` in place."""
     nu = NU[node]
     _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, Y[node], P[node])
-    prox_rows(prox_kind, theta, w, P, node, node + 1, 0, P.shape[1], P)
+    prox_row(prox_kind, theta, w, P, node, P)
 
 
 @function(fastmath=REDUCTION_MATH)
