@@ -90,16 +90,10 @@ def _prox_tiles_of(kind, theta, w, src, i0, i1, j0, j1, dst, in_place):
     """
     if kind == SOFT:
         tau, scale = theta[0], theta[1]
-        if src.ctypes.data == dst.ctypes.data:
-            for i in range(i0, i1):
-                y = dst[i, j0:j1]
-                for j in range(y.shape[0]):
-                    y[j] = scale * _soft(y[j], tau)
-        else:
-            for i in range(i0, i1):
-                x, y = _views(src, dst, i, j0, j1, in_place)
-                for j in range(x.shape[0]):
-                    y[j] = scale * _soft(x[j], tau)
+        for i in range(i0, i1):
+            x, y = _views(src, dst, i, j0, j1, in_place)
+            for j in range(x.shape[0]):
+                y[j] = scale * _soft(x[j], tau)
     elif kind == SOFT_WEIGHTED:
         tau, scale = theta[0], theta[1]
         weights = w[0, j0:j1]
