@@ -187,21 +187,23 @@ def _chunks(items, size: int = _CHUNK):
         yield items[start:start + size]
 
 
-def owner_is_gone(owner: str) -> bool:
-    """True when the claimant ``owner`` (``host:pid:token``, as :func:`fedopt.sweep.execute.default_owner`
-    names it) is a process of this host that no longer runs. Any other owner, or a pid now reused
-    by another process, counts as live: its lease then ends when it expires."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # another user's process, or no right to ask: assume it runs
-        return False
-    return False
+def _gone_owners(owners) -> set[str]:
+    """The claimants among ``owners`` (``host:pid:token``, as :func:`fedopt.sweep.execute.default_owner`
+    names them) that are processes of this host no longer running, each asked once. Any other
+    owner, or a pid now reused by another process, counts as live: its lease ends when it expires."""
+    here, gone = socket.gethostname(), set()
+    for owner in set(owners):
+        host, _, rest = owner.partition(":")
+        pid = rest.partition(":")[0]
+        if host != here or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            gone.add(owner)
+        except OSError:  # another user's process, or no right to ask: assume it runs
+            pass
+    return gone
 
 
 def _unique(keys) -> list[str]:
@@ -546,8 +548,6 @@ class Store:
         return {"sweep": sweep, "runs_removed": removed}
 
     # ------------------------------------------------------------------ claims
-    # A claim's lease is live until it expires, unless its owner is a process of this host that
-    # has gone (killed): resuming right after a kill then need not wait out the lease.
     @_guarded
     def claim(self, keys, owner: str, lease: float = 60.0, rerun=()) -> list[str]:
         """Claim, in order and in one transaction, the ``keys`` free to run: not stored (or stored with a status
@@ -562,9 +562,11 @@ class Store:
                 marks = ", ".join("?" * len(chunk))
                 stored = {r[0]: r[1] for r in self._db.execute(
                     f"SELECT key, status FROM runs WHERE key IN ({marks})", chunk)}
-                held = {key for key, holder in self._db.execute(
+                claims = self._db.execute(
                     f"SELECT key, owner FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
-                    (*chunk, owner, now)) if not owner_is_gone(holder)}
+                    (*chunk, owner, now)).fetchall()
+                gone = _gone_owners(holder for _, holder in claims)
+                held = {key for key, holder in claims if holder not in gone}
                 free = [k for k in chunk if k not in held and (k not in stored or stored[k] in rerun)]
                 self._db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)",
                                      [(k, owner, now + lease) for k in free])
@@ -593,11 +595,11 @@ class Store:
         keys, now, out = _unique(keys), time.time(), {}
         for chunk in _chunks(keys):
             marks = ", ".join("?" * len(chunk))
-            for key, holder, expires in self._db.execute(
-                    f"SELECT key, owner, expires FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
-                    (*chunk, owner, now)):
-                if not owner_is_gone(holder):
-                    out[key] = (holder, expires)
+            claims = self._db.execute(
+                f"SELECT key, owner, expires FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
+                (*chunk, owner, now)).fetchall()
+            gone = _gone_owners(holder for _, holder, _ in claims)
+            out.update((key, (holder, expires)) for key, holder, expires in claims if holder not in gone)
         return out
 
     # ------------------------------------------------------------------ runs
