@@ -1,8 +1,9 @@
 """The model kernels on a run axis: ``RUNS`` runs of the same clients stacked as ``N`` client rows.
 
-* client bounds: ``offsets`` of shape ``(2, N)`` whose client rows repeat the data's clients in a
+* client bounds: ``offsets`` of shape ``(3, N)`` whose client rows repeat the data's clients in a
   shuffled order agree with the reference on the same bounds, and with monotone offsets on a copy
-  of the data where every client row has its own rows;
+  of the data where every client row has its own rows; their third row (the CPU kernels' visiting
+  order) changes no bit of the result;
 * per-row parameters: a step size and prox parameters per client row (``lr`` of shape ``(N,)``,
   ``thetas`` of shape ``(Q, N, k)``; ``gamma``, ``alpha``, ``beta`` of DEPOSITUM), and equal
   per-row values give bitwise the results of the scalar call;
@@ -40,11 +41,16 @@ def assert_close(got, want):
         np.testing.assert_allclose(a, b, **tolerances(b.dtype))
 
 
+def assert_identical(got, want):
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def stacked_bounds(rng):
-    """``(2, N)`` bounds: RUNS copies of the clients of SIZES, shuffled together."""
+    """``(3, N)`` bounds: RUNS copies of the clients of SIZES, shuffled together, visited in a random order."""
     offsets = np.concatenate([[0], np.cumsum(SIZES)])
-    order = rng.permutation(np.tile(np.arange(len(SIZES)), RUNS))
-    return np.stack([offsets[:-1][order], offsets[1:][order]])
+    clients = rng.permutation(np.tile(np.arange(len(SIZES)), RUNS))
+    return np.stack([offsets[:-1][clients], offsets[1:][clients], rng.permutation(N)])
 
 
 def tiled(X, y, bounds, rows):
@@ -98,8 +104,8 @@ def use_variant(monkeypatch, parallel):
 # ------------------------------------------------------------------------------ client bounds
 def check_bounds(name, modules, X, y, bounds, rows, args, fresh=(), W=None):
     """Kernel ``name`` of every module on ``bounds``, and the reference's on the copied data, agree
-    with the reference's on ``bounds``. It is called as ``(X, y, offsets, [W,] rows, *args, *copies
-    of fresh)``."""
+    with the reference's on ``bounds``; without the visiting order (``bounds[:2]``) each module
+    gives bitwise the same. It is called as ``(X, y, offsets, [W,] rows, *args, *copies of fresh)``."""
 
     def call(module, X, y, offsets, rows):
         head = (X, y, offsets, rows) if W is None else (X, y, offsets, W, rows)
@@ -108,7 +114,9 @@ def check_bounds(name, modules, X, y, bounds, rows, args, fresh=(), W=None):
     expected = call(reference, X, y, bounds, rows)
     assert_close(call(reference, *tiled(X, y, bounds, rows)), expected)
     for module in modules:
-        assert_close(call(module, X, y, bounds, rows), expected)
+        got = call(module, X, y, bounds, rows)
+        assert_close(got, expected)
+        assert_identical(got, call(module, X, y, bounds[:2], rows))
 
 
 def run_steps(module, name, before, lr, prox_kind, thetas, start):
@@ -150,7 +158,7 @@ def test_linear_kernels_on_client_bounds(loss, storage, d, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("d", [6, 7])
 def test_mlp_kernels_on_client_bounds(d, dtype):
-    """``mlp_oracle`` (numba and batched NumPy) and ``local_steps_mlp``."""
+    """``mlp_oracle`` (numba and batched NumPy), ``local_steps_mlp`` and ``tracking_steps_mlp``."""
     rng = np.random.default_rng(d)
     bounds = stacked_bounds(rng)
     h, k = 3, 3
@@ -162,6 +170,10 @@ def test_mlp_kernels_on_client_bounds(d, dtype):
         D, start = normal(rng, (N, p), dtype, 0.1), normal(rng, (N, p), dtype)
         check_bounds("local_steps_mlp", (cpu,), X, y, bounds, draw(rng, bounds, (STEPS, N, batch)),
                      (h, k, SOFTMAX, 0.7, D, 0.2, SOFT, shared_soft(dtype), EMPTY.astype(dtype)), (start, start))
+        check_bounds("tracking_steps_mlp", (cpu,), X, y, bounds, draw(rng, bounds, (STEPS, N, batch)),
+                     (h, k, SOFTMAX, 0.7, rng.uniform(0.5, 1.5, N), 0.6, 0.2, 0.5, True, True, SOFT,
+                      np.array([0.02, 0.9], dtype), EMPTY.astype(dtype)),
+                     [normal(rng, (N, p), dtype) for _ in range(5)])
 
 
 def runs_of(a):
@@ -218,11 +230,6 @@ def test_tracking_steps_on_client_bounds(d, dtype):
 
 
 # ------------------------------------------------------------------------------ per-row parameters
-def assert_identical(got, want):
-    for a, b in zip(got, want, strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
 @VARIANTS
 @pytest.mark.parametrize("prox_kind", [SOFT, MCP], ids=["soft", "mcp"])
 @pytest.mark.parametrize("model", ["logistic", "softmax", "softmax_csr", "mlp"])

@@ -49,10 +49,12 @@ Client ``i`` owns rows ``offsets[i]:offsets[i+1]`` of ``X`` (C-contiguous float3
 uint8 features, scaled by ``scale``; CSR on the CPU backends). ``offsets`` may instead be an int64
 ``(2, n)`` array of client bounds: client ``i`` owns rows ``offsets[0, i]:offsets[1, i]``, and
 several clients may own the same rows in any order (``R`` independent runs of the same clients
-stacked as ``n = R * n0`` client rows); :func:`client_bounds` reads both forms. ``rows`` is an
-int64 ``(n, b)`` array of global row indices, one minibatch per client drawn on the host, or
-``(n, 0)`` for all of each client's rows. ``W`` is ``(n, p)`` (one point per client) or
-``(1, p)`` (one shared point). Each oracle writes the mean loss of client ``i`` to
+stacked as ``n = R * n0`` client rows); :func:`client_bounds` reads both forms. A third row, if
+any, is the order in which the CPU kernels visit the clients (a permutation of ``range(n)``:
+clients that own the same rows one after another, so those rows stay in cache); it changes no
+result. ``rows`` is an int64 ``(n, b)`` array of global row indices, one minibatch per client
+drawn on the host, or ``(n, 0)`` for all of each client's rows. ``W`` is ``(n, p)`` (one point
+per client) or ``(1, p)`` (one shared point). Each oracle writes the mean loss of client ``i`` to
 ``loss_out[i]`` and its gradient to ``grad_out[i]``; an empty ``loss_out`` (shape ``(0,)``) or
 ``grad_out`` (``(0, 0)``) is skipped. ``y`` holds targets in the dtype of ``W``: values, ``+-1``
 or class codes.
@@ -126,7 +128,8 @@ def client_bounds(offsets):
     """``(starts, ends)``, views of ``offsets``: client ``i`` owns rows ``starts[i]:ends[i]``.
 
     ``offsets`` is monotone of length ``n + 1`` (``offsets[:-1], offsets[1:]``) or ``(2, n)``
-    (``offsets[0], offsets[1]``); NumPy, CuPy or Numba device arrays alike.
+    or ``(3, n)`` (``offsets[0], offsets[1]``; the third row is the visiting order); NumPy, CuPy
+    or Numba device arrays alike.
     """
     if offsets.ndim == 2:
         return offsets[0], offsets[1]

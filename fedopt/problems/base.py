@@ -159,7 +159,7 @@ class Problem(PointArguments):
     @staticmethod
     def client_rows(problems):
         """The clients of ``problems`` side by side as one problem view: client row ``r * n + i`` is
-        client ``i`` of ``problems[r]``, and the oracles take the kernels' ``(2, N)`` client bounds.
+        client ``i`` of ``problems[r]``, and the oracles take the kernels' ``(3, N)`` client bounds.
         Problems on one data set share its arrays; different data sets (other partitions of the
         same samples, say) are stacked once each. :class:`fedopt.batch.BatchProblem` runs its
         oracles on the view; the view's own ``average`` and ``loss`` are not federated ones."""
@@ -182,7 +182,9 @@ class Problem(PointArguments):
                                                        xp.ones(p.dataset.n_samples, dtype=p.dtype) for p in distinct])
         bounds = [(p.dataset.offsets[:-1] + base[id(p.dataset)], p.dataset.offsets[1:] + base[id(p.dataset)])
                   for p in problems]
-        view._offsets = np.stack([np.concatenate(part) for part in zip(*bounds, strict=True)])
+        starts, ends = (np.concatenate(part) for part in zip(*bounds, strict=True))
+        # visiting order: the clients on the same rows one after another (their rows then stay in cache)
+        view._offsets = np.stack([starts, ends, np.argsort(starts, kind="stable")])
         view._starts = view._offsets[0]
         view._client_sizes = np.concatenate([p._client_sizes for p in problems])
         view._no_rows = np.empty((view.n_clients, 0), dtype=np.int64)

@@ -72,6 +72,16 @@ _PER_CLIENT_WORK = 100
 _MIN_BALANCED_CLIENTS = 8
 
 
+def _clients(offsets):
+    """``(starts, ends, order)`` of client bounds (see :func:`fedopt.kernels.client_bounds`): the
+    kernels visit the clients in ``order``, or in row order when it is empty."""
+    starts, ends = client_bounds(offsets)
+    return starts, ends, offsets[2] if offsets.ndim == 2 and len(offsets) == 3 else _IN_ROW_ORDER
+
+
+_IN_ROW_ORDER = np.empty(0, np.int64)
+
+
 def _rows_read(offsets, rows):
     """Rows a call reads: its minibatch rows, or every client's rows at each step when ``rows`` is
     ``(..., n, 0)`` (rows shared by several clients counted once per client)."""
@@ -108,9 +118,9 @@ def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, sam
     """Loss and gradient of a linear model per client, one fused pass per row (dense or CSR ``X``);
     ``sample_weight`` (empty: none) multiplies each row's loss and residuals."""
     scale = W.dtype.type(scale)
-    starts, ends = client_bounds(offsets)
-    work = _work(X, _rows_read(offsets, rows), n_out, len(starts))
-    _models.linear_oracle_kernel(work, *_model_arrays(X, W), y, starts, ends, W, rows, kind, n_out, scale,
+    clients = _clients(offsets)
+    work = _work(X, _rows_read(offsets, rows), n_out, len(clients[0]))
+    _models.linear_oracle_kernel(work, *_model_arrays(X, W), y, *clients, W, rows, kind, n_out, scale,
                                  fit_intercept, _sample_weight(sample_weight, W.dtype), loss_out, grad_out)
     return loss_out, grad_out
 
@@ -128,7 +138,7 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
     """
     dtype = Z.dtype
     work = _work(X, _rows_read(offsets, rows), n_out, Z.shape[0])
-    _models.local_steps_kernel(work, *_model_arrays(X, Z), y, *client_bounds(offsets), rows, kind, n_out,
+    _models.local_steps_kernel(work, *_model_arrays(X, Z), y, *_clients(offsets), rows, kind, n_out,
                                dtype.type(scale), fit_intercept, D, _per_row(lr, dtype, len(Z)), prox_kind,
                                _per_row_thetas(thetas, dtype, len(Z)), w, Z, P)
     return Z, P
@@ -142,7 +152,7 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     ``adapt_after`` as in :mod:`fedopt.kernels`.
     """
     _models.tracking_steps_kernel(_work(X, _rows_read(offsets, rows), n_out, len(P)), *_model_arrays(X, P), y,
-                                  *client_bounds(offsets), rows, kind, n_out, P.dtype.type(scale), fit_intercept,
+                                  *_clients(offsets), rows, kind, n_out, P.dtype.type(scale), fit_intercept,
                                   *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking,
                                   bool(adapt_first), bool(adapt_after), prox_kind, _node_thetas(theta, P), w, P, NU,
                                   MU, Y, G)
@@ -166,7 +176,7 @@ def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weig
     """Loss and gradient of the one-hidden-layer MLP per client: one task per client, BLAS per layer;
     ``sample_weight`` (empty: none) multiplies each row's loss and output residual."""
     with one_blas_thread():
-        _mlp.mlp_oracle_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *client_bounds(offsets), W,
+        _mlp.mlp_oracle_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *_clients(offsets), W,
                                rows, n_hidden, n_out, kind, W.dtype.type(scale),
                                _sample_weight(sample_weight, W.dtype), loss_out, grad_out)
     return loss_out, grad_out
@@ -179,7 +189,7 @@ def local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, pr
     """
     dtype = Z.dtype
     with one_blas_thread():
-        _mlp.local_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *client_bounds(offsets),
+        _mlp.local_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y, *_clients(offsets),
                                     rows, n_hidden, n_out, kind, dtype.type(scale), D, _per_row(lr, dtype, len(Z)),
                                     prox_kind, _per_row_thetas(thetas, dtype, len(Z)), w, Z, P)
     return Z, P
@@ -191,7 +201,7 @@ def tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_s
     with the model of :func:`mlp_oracle`."""
     with one_blas_thread():
         _mlp.tracking_steps_mlp_kernel(_rows_read(offsets, rows) * X.shape[1] * n_hidden, X, y,
-                                       *client_bounds(offsets), rows, n_hidden, n_out, kind, P.dtype.type(scale),
+                                       *_clients(offsets), rows, n_hidden, n_out, kind, P.dtype.type(scale),
                                        *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking,
                                        bool(adapt_first), bool(adapt_after), prox_kind, _node_thetas(theta, P), w, P,
                                        NU, MU, Y, G)

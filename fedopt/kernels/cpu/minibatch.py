@@ -19,6 +19,13 @@ CHUNK = 256
 
 
 @inline
+def visited(order, k):
+    """The client a kernel's ``k``-th ``prange`` iteration handles: ``order[k]``, or ``k`` when
+    ``order`` is empty (int64 either way: the parallel variant's loop index is unsigned)."""
+    return order[k] if order.shape[0] > 0 else np.int64(k)
+
+
+@inline
 def row_of(rows, first, t):
     """Global index of a client's ``t``-th row: ``rows[t]``, or ``first + t`` when ``rows`` is empty (all rows)."""
     return rows[t] if rows.shape[0] > 0 else first + t

@@ -33,6 +33,7 @@ from fedopt.kernels.cpu.minibatch import (
     softmax_residual,
     times,
     times_transpose,
+    visited,
 )
 from fedopt.kernels.cpu.models import _adapt, _node_parameters, _row_thetas, _row_value, _track
 
@@ -160,14 +161,14 @@ def _buffers(count, d, h, k, like):
 
 # ------------------------------------------------------------------------------------ kernels
 @kernel(fastmath=REDUCTION_MATH)
-def mlp_oracle_kernel(X, y, starts, ends, W, rows, h, k, kind, scale, sample_weight, loss_out, grad_out):
+def mlp_oracle_kernel(X, y, starts, ends, order, W, rows, h, k, kind, scale, sample_weight, loss_out, grad_out):
     """Loss and gradient of every client (rows ``starts[i]:ends[i]`` or ``rows[i]``): one task per
-    client (see :mod:`fedopt.kernels`). ``sample_weight`` is the per-row weights in the dtype of
-    ``W``, or None for none."""
+    client, in ``order`` (see :func:`visited`). ``sample_weight`` is the per-row weights in the
+    dtype of ``W``, or None for none."""
     n = starts.shape[0]
     want_loss, want_grad = loss_out.shape[0] > 0, grad_out.shape[0] > 0
     for i in prange(n):
-        client = np.int64(i)  # the parallel variant's loop index is unsigned
+        client = visited(order, i)
         first = starts[client]
         count = rows.shape[1] if rows.shape[1] > 0 else ends[client] - first
         A, H, S, T, G1 = _buffers(count, X.shape[1], h, k, W[0])
@@ -179,14 +180,15 @@ def mlp_oracle_kernel(X, y, starts, ends, W, rows, h, k, kind, scale, sample_wei
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, D, lr, prox_kind, thetas, w, Z, P):
+def local_steps_mlp_kernel(X, y, starts, ends, order, rows, h, k, kind, scale, D, lr, prox_kind, thetas, w, Z, P):
     """All of a round's local steps, client by client: for ``l < Q``, ``g = grad f_i(P[i]; rows[l, i])``,
     ``Z[i] -= lr_i * (g + D[i])``, ``P[i] = prox_l(Z[i])`` at ``thetas[l, i]``; a client's state stays in
     cache for its Q steps. ``lr`` is ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``.
-    No sample weights (weighted problems step through :func:`mlp_oracle_kernel`)."""
+    No sample weights (weighted problems step through :func:`mlp_oracle_kernel`). Clients in
+    ``order`` (see :func:`visited`)."""
     n, p = Z.shape
     for i in prange(n):
-        client = np.int64(i)
+        client = visited(order, i)
         first = starts[client]
         count = rows.shape[2] if rows.shape[2] > 0 else ends[client] - first
         rate, theta = _row_value(lr, client), _row_thetas(thetas, client)
@@ -207,15 +209,16 @@ def local_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, D, lr, p
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def tracking_steps_mlp_kernel(X, y, starts, ends, rows, h, k, kind, scale, node_scale, gammas, one_minus_gammas,
+def tracking_steps_mlp_kernel(X, y, starts, ends, order, rows, h, k, kind, scale, node_scale, gammas, one_minus_gammas,
                               alphas, betas, nesterov, tracking, adapt_first, adapt_after, prox_kind, theta, w, P, NU,
                               MU, Y, G):
     """DEPOSITUM's iterations without gossip, node by node, for the MLP: the loop of
     ``tracking_steps_kernel`` in :mod:`fedopt.kernels.cpu.models` around :func:`_client_loss_grad`;
-    a node's five vectors and its buffers stay in cache for its T iterations. No sample weights."""
+    a node's five vectors and its buffers stay in cache for its T iterations. No sample weights.
+    Nodes in ``order`` (see :func:`visited`)."""
     n, p = P.shape
     for i in prange(n):
-        node = np.int64(i)  # the parallel variant's loop index is unsigned
+        node = visited(order, i)
         first = starts[node]
         count = rows.shape[2] if rows.shape[2] > 0 else ends[node] - first
         gamma, one_minus_gamma, alpha, beta, prox_theta = _node_parameters(node, gammas, one_minus_gammas, alphas,

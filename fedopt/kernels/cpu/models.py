@@ -15,7 +15,15 @@ from numba import prange
 from fedopt.kernels import LEAST_SQUARES, SOFT, SOFTMAX
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel, prefetch
 from fedopt.kernels.cpu.elementwise import _soft, prox_row
-from fedopt.kernels.cpu.minibatch import CHUNK, add_transpose_times, gather, row_of, softmax_residual, times_transpose
+from fedopt.kernels.cpu.minibatch import (
+    CHUNK,
+    add_transpose_times,
+    gather,
+    row_of,
+    softmax_residual,
+    times_transpose,
+    visited,
+)
 
 
 @inline
@@ -241,14 +249,16 @@ def _scratch(dense, kind, count, d, n_out, like):
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, W, rows, kind, n_out, scale,
+def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, order, W, rows, kind, n_out, scale,
                          fit_intercept, sample_weight, loss_out, grad_out):
     """Per client (rows ``starts[i]:ends[i]`` or ``rows[i]``): ``M = scale * X_r @ coef.T + b``,
     ``loss_out[i] = mean(s_r * loss(M))``, ``grad_out[i] = [scale * R.T @ X_r, R.sum(0)] / m`` with
-    ``R = s_r * dloss/dM`` (``s_r = 1`` when ``sample_weight`` is None)."""
+    ``R = s_r * dloss/dM`` (``s_r = 1`` when ``sample_weight`` is None); clients in ``order`` (see
+    :func:`visited`)."""
     n = starts.shape[0]
     want_loss, want_grad = loss_out.shape[0] > 0, grad_out.shape[0] > 0
-    for i in prange(n):
+    for k in prange(n):
+        i = visited(order, k)
         w = W[0] if W.shape[0] == 1 else W[i]
         first = starts[i]
         count = rows.shape[1] if rows.shape[1] > 0 else ends[i] - first
@@ -261,37 +271,36 @@ def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, W,
 
 
 @function
-def _prefetch_next_rows(X, rows, client, step, count, d):
+def _prefetch_next_rows(X, rows, client, following, step, count, d):
     """Start loading every cache line of the next minibatch's rows of ``X``: this client's next
-    step, or the next client's first (minibatch rows are random reads: the loads then overlap the
-    current step's arithmetic; a softmax step on the digits took 4.4 us without, 3.3 us with)."""
-    steps, n = rows.shape[0], rows.shape[1]
-    following = client * steps + step + 1
-    if rows.shape[2] > 0 and following < n * steps:
-        batch = rows[following % steps, following // steps]
-        per_line = max(1, 64 // X.itemsize)
-        for t in range(count):
-            for j in range(0, d, per_line):
-                prefetch(X, batch[t], j)
+    step, or at its last the first of client ``following`` (the one visited next; none if
+    negative). Minibatch rows are random reads: the loads then overlap the current step's
+    arithmetic (a softmax step on the digits took 4.4 us without, 3.3 us with)."""
+    if rows.shape[2] == 0 or (step + 1 == rows.shape[0] and following < 0):
+        return
+    batch = rows[step + 1, client] if step + 1 < rows.shape[0] else rows[0, following]
+    per_line = max(1, 64 // X.itemsize)
+    for t in range(count):
+        for j in range(0, d, per_line):
+            prefetch(X, batch[t], j)
 
 
 @function(fastmath=REDUCTION_MATH)
-def _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, lr, prox_kind, thetas,
-                         w, Z, P, g):
-    """Client ``i``'s local steps for dense rows and one output (least squares, logistic), with
-    ``g`` for the gradient.
+def _single_output_steps(X, d, y, rows, client, following, first, count, kind, scale, fit_intercept, shift, lr,
+                         prox_kind, thetas, w, Z, P, g):
+    """The local steps of client row ``client`` for dense rows and one output (least squares,
+    logistic), with ``g`` for the gradient; ``following`` as in :func:`_prefetch_next_rows`.
 
     Compiled apart from :func:`local_steps_kernel`'s general path, and with the update written
     out here rather than in a helper: its loops then run as fast as a standalone loop (an inlined
     helper measured about 10 % slower). Soft-thresholding (l1) is fused with the update.
     """
-    client = np.int64(i)  # the parallel variant's loop index is unsigned
     z, x = Z[client], P[client]
     g[0] = 1 / count
     inv_count = g[0]  # 1/count in the parameters' dtype: float32 stays float32
     zero = scale - scale
     for step in range(rows.shape[0]):
-        _prefetch_next_rows(X, rows, client, step, count, d)
+        _prefetch_next_rows(X, rows, client, following, step, count, d)
         g[:] = zero
         _single_output_pass(X, d, y, None, rows[step, client], first, count, x, kind, scale, fit_intercept, g,
                             inv_count, False, True)
@@ -308,16 +317,16 @@ def _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_interc
 
 
 @function(fastmath=REDUCTION_MATH)
-def _softmax_steps(X, y, rows, i, first, count, k, scale, fit_intercept, shift, lr, prox_kind, thetas, w, Z, P, g,
-                   M):
-    """Client ``i``'s local steps for dense rows of a softmax model with ``k`` classes, with ``g``
-    for the gradient and ``M`` from :func:`_scratch`: :func:`_softmax_pass` with its buffers'
-    views made once per client rather than once per step, and soft-thresholding fused with the
-    update, as in :func:`_single_output_steps`. A step on the digits (32 rows, 64 features, 10
+def _softmax_steps(X, y, rows, client, following, first, count, k, scale, fit_intercept, shift, lr, prox_kind, thetas,
+                   w, Z, P, g, M):
+    """The local steps of client row ``client`` for dense rows of a softmax model with ``k``
+    classes (``following`` as in :func:`_prefetch_next_rows`), with ``g`` for the gradient and
+    ``M`` from :func:`_scratch`: :func:`_softmax_pass` with its buffers' views made once per
+    client rather than once per step, and soft-thresholding fused with the update, as in
+    :func:`_single_output_steps`. A step on the digits (32 rows, 64 features, 10
     classes, one thread) was 1.15-1.37x faster than through :func:`_client_pass` (2.6-2.8 against
     1.9-2.3 us, each process timing both, with the helpers still reference-counted), with bitwise
     the same result; it takes 1.8-1.9 us now."""
-    client = np.int64(i)  # the parallel variant's loop index is unsigned
     z, x = Z[client], P[client]
     d, p = X.shape[1], z.shape[0]
     chunk = min(count, CHUNK)
@@ -329,7 +338,7 @@ def _softmax_steps(X, y, rows, i, first, count, k, scale, fit_intercept, shift, 
     coef, intercepts = x[: k * d].reshape(k, d), x[k * d :]  # views of P[i]: each step updates them in place
     grad, grad_intercepts = g[: k * d].reshape(k, d), g[k * d :]
     for step in range(rows.shape[0]):
-        _prefetch_next_rows(X, rows, client, step, count, d)
+        _prefetch_next_rows(X, rows, client, following, step, count, d)
         g[:] = zero
         for start in range(0, count, chunk):
             m = min(chunk, count - start)
@@ -349,28 +358,31 @@ def _softmax_steps(X, y, rows, i, first, count, k, scale, fit_intercept, shift, 
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows, kind, n_out, scale, fit_intercept,
-                       D, lr, prox_kind, thetas, w, Z, P):
+def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, order, rows, kind, n_out, scale,
+                       fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
     """All of a round's local steps, client by client: for ``l < Q``, ``g = grad f_i(P[i]; rows[l, i])``,
     ``Z[i] -= lr_i * (g + D[i])``, ``P[i] = prox_l(Z[i])`` (separable prox of code ``prox_kind``
     with parameters ``thetas[l, i]``; IDENTITY copies). ``D`` may be empty (no shift). ``lr`` is
     ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``: see :func:`_row_value`.
-    No sample weights (weighted problems step through :func:`linear_oracle_kernel`)."""
+    No sample weights (weighted problems step through :func:`linear_oracle_kernel`). Clients in
+    ``order`` (see :func:`visited`)."""
     n, p = Z.shape
-    for i in prange(n):
+    for k in prange(n):
+        i = visited(order, k)
         first = starts[i]
         count = rows.shape[2] if rows.shape[2] > 0 else ends[i] - first
         shift = D[i] if D.shape[0] > 0 else np.zeros(p, dtype=Z.dtype)
         rate, theta = _row_value(lr, i), _row_thetas(thetas, i)
         g = np.empty(p, dtype=Z.dtype)
+        following = visited(order, k + 1) if k + 1 < n else -1
         if dense and kind != SOFTMAX:
-            _single_output_steps(X, d, y, rows, i, first, count, kind, scale, fit_intercept, shift, rate, prox_kind,
-                                 theta, w, Z, P, g)
+            _single_output_steps(X, d, y, rows, i, following, first, count, kind, scale, fit_intercept, shift, rate,
+                                 prox_kind, theta, w, Z, P, g)
             continue
         M = _scratch(dense, kind, count, d, n_out, Z)
         if dense:
-            _softmax_steps(X, y, rows, i, first, count, n_out, scale, fit_intercept, shift, rate, prox_kind, theta, w,
-                           Z, P, g, M)
+            _softmax_steps(X, y, rows, i, following, first, count, n_out, scale, fit_intercept, shift, rate, prox_kind,
+                           theta, w, Z, P, g, M)
             continue
         z = Z[i]  # CSR rows
         for step in range(rows.shape[0]):
@@ -428,16 +440,16 @@ def _track(g, factor, tracking, beta, tracker, last):
 
 
 @kernel(fastmath=REDUCTION_MATH)
-def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, rows, kind, n_out, scale,
+def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, order, rows, kind, n_out, scale,
                           fit_intercept, node_scale, gammas, one_minus_gammas, alphas, betas, nesterov, tracking,
                           adapt_first, adapt_after, prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's iterations without gossip, node by node (see ``tracking_steps`` in :mod:`fedopt.kernels`);
     ``gammas``, ``one_minus_gammas``, ``alphas``, ``betas`` hold one value, or one per node; ``theta``
     one row of prox parameters, or one per node; ``adapt_first`` and ``adapt_after`` split an
-    iteration around a gossip. No sample weights."""
+    iteration around a gossip. No sample weights. Nodes in ``order`` (see :func:`visited`)."""
     n, p = P.shape
-    for i in prange(n):
-        node = np.int64(i)  # the parallel variant's loop index is unsigned
+    for k in prange(n):
+        node = visited(order, k)
         first = starts[node]
         count = rows.shape[2] if rows.shape[2] > 0 else ends[node] - first
         gamma, one_minus_gamma, alpha, beta, prox_theta = _node_parameters(node, gammas, one_minus_gammas, alphas,
