@@ -155,6 +155,29 @@ def test_numba_rounds_hold_blas_to_one_thread(batched):
         numba.set_num_threads(previous)
 
 
+def test_thread_count_follows_numba_in_every_thread():
+    """The kernels' thread count (read without Numba's launch locks) is ``numba.get_num_threads()``
+    after ``set_num_threads`` and in a new thread, which starts from Numba's default."""
+    import threading
+
+    import numba
+
+    from fedopt.kernels.cpu._jit import thread_count
+
+    previous = numba.get_num_threads()
+    try:
+        for n in {1, numba.config.NUMBA_NUM_THREADS}:
+            numba.set_num_threads(n)
+            assert thread_count() == numba.get_num_threads() == n
+        seen = []
+        worker = threading.Thread(target=lambda: seen.append((thread_count(), numba.get_num_threads())))
+        worker.start()
+        worker.join()
+        assert seen[0][0] == seen[0][1]
+    finally:
+        numba.set_num_threads(previous)
+
+
 def test_stale_numba_cache_is_dropped_when_any_kernel_source_changes(tmp_path):
     """A kernel's cache holds the helpers it compiled in from other files, which Numba does not
     check: the cache of a kernel folder goes when any of its sources (or the package's constants)

@@ -11,7 +11,6 @@ import contextlib
 import functools
 import math
 
-import numba
 import numpy as np
 
 from fedopt.kernels import KERNEL_NAMES, client_bounds
@@ -36,7 +35,7 @@ def prox_elementwise(z, kind, theta, w, out):
     if z.size < _jit.PARALLEL_MIN_WORK:  # the serial variant without _jit.threads: 0.05 us of a 0.4 us call
         _elementwise.prox_elementwise_kernel.serial(z, kind, theta, w, out, 1)
     else:
-        n_threads = numba.get_num_threads()
+        n_threads = _jit.thread_count()
         _elementwise.prox_elementwise_kernel.on(n_threads, z, kind, theta, w, out, n_threads)
     return out
 
@@ -49,7 +48,7 @@ def prox_group(z, starts, order, tau, scale, out):
 
 def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out, x_out):
     """``z_out = z - eta * (g + (z_ref - x_ref) * inv_gamma + c)``; ``x_out = prox(z_out)``, in one pass."""
-    n_threads = 1 if z.size < _jit.PARALLEL_MIN_WORK else numba.get_num_threads()  # as in prox_elementwise
+    n_threads = 1 if z.size < _jit.PARALLEL_MIN_WORK else _jit.thread_count()  # as in prox_elementwise
     # the kernel casts eta and inv_gamma: floats here compile one variant
     _elementwise.normal_map_kernel.on(n_threads, z, g, c, z_ref, x_ref, float(eta), float(inv_gamma), kind, theta, w,
                                       z_out, x_out, n_threads)
@@ -213,7 +212,7 @@ def one_blas_thread():
     Numba's for the cores, inside a kernel that calls BLAS (the MNIST-shape MLP gradient measured
     1.7x slower) and after any BLAS call, whose idle threads spin on the cores for a while (a
     FedNMap round at the sweep shape took 0.48 against 0.16 ms after an evaluation's product)."""
-    if numba.get_num_threads() == 1:
+    if _jit.thread_count() == 1:
         return contextlib.nullcontext()
     return _blas_controller().limit(limits=1, user_api="blas")
 

@@ -11,6 +11,7 @@ import numba
 from llvmlite import ir
 from numba import types as nbtypes
 from numba.extending import intrinsic
+from numba.np.ufunc import parallel as _numba_parallel
 
 from fedopt._backend import numba_cache_enabled
 
@@ -94,11 +95,17 @@ class Kernel:
 
 
 def threads(work: int) -> int:
-    """The threads a :class:`Kernel` call of ``work`` elements runs on (1: its serial variant).
+    """The threads a :class:`Kernel` call of ``work`` elements runs on (1: its serial variant)."""
+    return thread_count() if work >= PARALLEL_MIN_WORK else 1
 
-    ``numba.get_num_threads()`` costs about 0.5 us, as much as a small kernel: ask once a call.
-    """
-    return numba.get_num_threads() if work >= PARALLEL_MIN_WORK else 1
+
+def thread_count() -> int:
+    """``numba.get_num_threads()``, this thread's setting, without its locks once Numba's thread
+    pool runs: the public call takes two locks to check that the pool was started, 0.66 us a call
+    against 0.09 us for the count alone (7 % of a soft-thresholding of 1e5 float32 elements)."""
+    if getattr(_numba_parallel, "_is_initialized", False):
+        return _numba_parallel._get_num_threads()
+    return numba.get_num_threads()
 
 
 #: Fast-math flags for sums: reassociation lets the compiler vectorize a reduction. The flags
