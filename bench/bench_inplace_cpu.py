@@ -9,6 +9,8 @@
   round, best of single rounds set up and run inside ``round_context`` as ``fedopt.run`` runs them.
 * DEPOSITUM's ``tracking_steps_mlp`` against FedNMap's ``local_steps_mlp`` per node-step, on the
   same fixed rows at the sweep shape.
+* Soft-thresholding of 1e3 and 1e5 elements: the plain loops, the kernel variant called directly
+  and the backend wrapper that picks it, interleaved (what a small call spends beyond the loop).
 
 Run from the repository root (the timings are printed; nothing is asserted on them)::
 
@@ -103,3 +105,32 @@ def test_tracking_node_step_against_the_local_step(request, dtype):
     with round_context(get_backend("numba")):
         per_step = {name: best_time(call, rounds=rounds) / (n * Q) * 1e6 for name, call in calls.items()}
     print(f"\n{dtype} per node-step: tracking {per_step['tracking']:.2f} us, local {per_step['local']:.2f} us")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_soft_thresholding_call_against_the_plain_loop(request, dtype):
+    """Where a small call's time goes: soft-thresholding of one row of 1e3 and of 1e5 elements by
+    the plainest Numba loop (serial and parallel), fedopt's kernel variant called directly (serial
+    at 1e3, parallel on the threads at 1e5) and the backend wrapper that picks it, interleaved in
+    one process (best of 7 loops of calls each)."""
+    from fedopt.kernels.cpu import _jit, plain
+    from fedopt.kernels.cpu.elementwise import prox_elementwise_kernel
+
+    enabled = request.config.getoption("benchmark_enable")
+    for p in (1_000, 100_000):
+        z = np.random.default_rng(0).standard_normal((1, p)).astype(dtype)
+        out, w = np.empty_like(z), np.empty((0, 0), dtype)
+        flat, flat_out = z.reshape(-1), out.reshape(-1)
+        theta, tau, scale = np.array([0.5, 1.0], dtype), z.dtype.type(0.5), z.dtype.type(1.0)
+        threads = _jit.threads(p)
+        calls = {"plain serial": partial(plain.soft[1], flat, tau, scale, flat_out),
+                 "plain parallel": partial(plain.soft[0], flat, tau, scale, flat_out),
+                 "kernel": partial(prox_elementwise_kernel.parallel if threads > 1 else prox_elementwise_kernel.serial,
+                                   z, SOFT, theta, w, out, threads),
+                 "wrapper": partial(cpu.prox_elementwise, z, SOFT, theta, w, out)}
+        number = max(1, 2_000_000 // p) if enabled else 1
+        times = {name: [] for name in calls}
+        for _ in range(7 if enabled else 1):
+            for name, call in calls.items():
+                times[name].append(timeit.timeit(call, number=number) / number * 1e6)
+        print(f"\n{dtype} l1 on 1 x {p}: " + ", ".join(f"{name} {min(t):.2f} us" for name, t in times.items()))
