@@ -402,10 +402,15 @@ def _node_parameters(node, gammas, one_minus_gammas, alphas, betas, theta):
 
 
 @function(fastmath=REDUCTION_MATH)
-def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x):
-    """DEPOSITUM's momentum of one node, then ``x -= alpha nu`` (the prox follows): Polyak
-    ``nu = gamma nu + (1 - gamma) y``, or Nesterov ``mu = gamma mu + (1 - gamma) y``,
-    ``nu = gamma mu + (1 - gamma) y``."""
+def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x, soft, tau, scale):
+    """DEPOSITUM's momentum of one node, then ``x -= alpha nu``: Polyak ``nu = gamma nu + (1 - gamma) y``,
+    or Nesterov ``mu = gamma mu + (1 - gamma) y``, ``nu = gamma mu + (1 - gamma) y``. With ``soft``,
+    also ``x = scale * soft(x, tau)`` in the same loop (l1; other proxes follow apart)."""
+    if soft and not nesterov:  # the whole adapt step in one pass
+        for j in range(x.shape[0]):
+            nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
+            x[j] = scale * _soft(x[j] - nu[j] * alpha, tau)
+        return
     if nesterov:
         for j in range(x.shape[0]):
             mu[j] = (mu[j] - tracker[j]) * gamma + tracker[j]
@@ -413,17 +418,23 @@ def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x):
     else:
         for j in range(x.shape[0]):
             nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
-    for j in range(x.shape[0]):
-        x[j] -= nu[j] * alpha
+    if soft:
+        for j in range(x.shape[0]):
+            x[j] = scale * _soft(x[j] - nu[j] * alpha, tau)
+    else:
+        for j in range(x.shape[0]):
+            x[j] -= nu[j] * alpha
 
 
 @inline
 def _adapt(nesterov, gamma, one_minus_gamma, alpha, prox_kind, theta, w, node, P, NU, MU, Y):
     """DEPOSITUM's adapt step of node ``node``: its momentum and ``x -= alpha nu`` (:func:`_momentum_step`),
-    then ``x = prox(x)`` in place."""
-    nu = NU[node]
-    _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, Y[node], P[node])
-    prox_row(prox_kind, theta, w, P, node, P)
+    then ``x = prox(x)`` in place (soft-thresholding inside :func:`_momentum_step`'s loop)."""
+    nu, soft = NU[node], prox_kind == SOFT
+    _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, Y[node], P[node], soft,
+                   theta[0] if soft else alpha, theta[1] if soft else alpha)
+    if not soft:
+        prox_row(prox_kind, theta, w, P, node, P)
 
 
 @function(fastmath=REDUCTION_MATH)
