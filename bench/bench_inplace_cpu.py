@@ -11,6 +11,7 @@
   same fixed rows at the sweep shape.
 * Soft-thresholding of 1e3 and 1e5 elements: the plain loops, the kernel variant called directly
   and the backend wrapper that picks it, interleaved (what a small call spends beyond the loop).
+* The MLP's two large minibatch products at the sweep shape on one thread, in GFLOP/s.
 
 Run from the repository root (the timings are printed; nothing is asserted on them)::
 
@@ -134,3 +135,36 @@ def test_soft_thresholding_call_against_the_plain_loop(request, dtype):
             for name, call in calls.items():
                 times[name].append(timeit.timeit(call, number=number) / number * 1e6)
         print(f"\n{dtype} l1 on 1 x {p}: " + ", ".join(f"{name} {min(t):.2f} us" for name, t in times.items()))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_minibatch_products_at_the_sweep_shape(request, dtype):
+    """The MLP's two large minibatch products at the sweep shape on one thread: ``H = A W1^T``
+    (``times_transpose``, ``(8, 64) x (32, 64)^T``) and ``G += S^T A`` (``add_transpose_times``),
+    in GFLOP/s (loops of 100 000 calls in one compiled loop, best of 5)."""
+    import numba
+
+    from fedopt.kernels.cpu.minibatch import add_transpose_times, times_transpose
+
+    rng = np.random.default_rng(0)
+    A, W1, S = (rng.standard_normal(shape).astype(dtype) for shape in ((8, 64), (32, 64), (8, 32)))
+    H, G, zero = np.empty((8, 32), dtype), np.zeros((32, 64), dtype), A.dtype.type(0)
+
+    @numba.njit
+    def forward(n, A, W1, H, zero):
+        for _ in range(n):
+            times_transpose(A, W1, H, zero)
+
+    @numba.njit
+    def backward(n, S, A, G):
+        for _ in range(n):
+            add_transpose_times(S, A, G)
+
+    calls = 100_000 if request.config.getoption("benchmark_enable") else 1
+    flops = 2 * 8 * 64 * 32
+    rates = {}
+    products = (("times_transpose", forward, (A, W1, H, zero)), ("add_transpose_times", backward, (S, A, G)))
+    for name, loop, arrays in products:
+        loop(1, *arrays)
+        rates[name] = flops * calls / min(timeit.repeat(partial(loop, calls, *arrays), number=1, repeat=5)) / 1e9
+    print(f"\n{dtype} one thread: " + ", ".join(f"{name} {rate:.1f} GFLOP/s" for name, rate in rates.items()))
