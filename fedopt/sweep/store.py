@@ -562,11 +562,7 @@ class Store:
                 marks = ", ".join("?" * len(chunk))
                 stored = {r[0]: r[1] for r in self._db.execute(
                     f"SELECT key, status FROM runs WHERE key IN ({marks})", chunk)}
-                claims = self._db.execute(
-                    f"SELECT key, owner FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
-                    (*chunk, owner, now)).fetchall()
-                gone = _gone_owners(holder for _, holder in claims)
-                held = {key for key, holder in claims if holder not in gone}
+                held = {key for key, _, _ in self._live_claims(chunk, owner, now)}
                 free = [k for k in chunk if k not in held and (k not in stored or stored[k] in rerun)]
                 self._db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)",
                                      [(k, owner, now + lease) for k in free])
@@ -592,15 +588,19 @@ class Store:
     @_guarded
     def held_by_others(self, keys, owner: str) -> dict[str, tuple[str, float]]:
         """``{key: (owner, expires)}`` of the live claims on ``keys`` held by owners other than ``owner``."""
-        keys, now, out = _unique(keys), time.time(), {}
-        for chunk in _chunks(keys):
-            marks = ", ".join("?" * len(chunk))
-            claims = self._db.execute(
-                f"SELECT key, owner, expires FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
-                (*chunk, owner, now)).fetchall()
-            gone = _gone_owners(holder for _, holder, _ in claims)
-            out.update((key, (holder, expires)) for key, holder, expires in claims if holder not in gone)
-        return out
+        keys, now = _unique(keys), time.time()
+        return {key: (holder, expires) for chunk in _chunks(keys)
+                for key, holder, expires in self._live_claims(chunk, owner, now)}
+
+    def _live_claims(self, keys, owner: str, now: float) -> list[tuple[str, str, float]]:
+        """``(key, owner, expires)`` of the claims on ``keys`` (one chunk) held at ``now`` by owners other than
+        ``owner``, without those of processes of this host that no longer run (:func:`_gone_owners`)."""
+        marks = ", ".join("?" * len(keys))
+        claims = self._db.execute(
+            f"SELECT key, owner, expires FROM claims WHERE key IN ({marks}) AND owner != ? AND expires > ?",
+            (*keys, owner, now)).fetchall()
+        gone = _gone_owners(holder for _, holder, _ in claims)
+        return [claim for claim in claims if claim[1] not in gone]
 
     # ------------------------------------------------------------------ runs
     @_guarded

@@ -71,14 +71,14 @@ _PER_CLIENT_WORK = 100
 _MIN_BALANCED_CLIENTS = 8
 
 
+_IN_ROW_ORDER = np.empty(0, np.int64)
+
+
 def _clients(offsets):
     """``(starts, ends, order)`` of client bounds (see :func:`fedopt.kernels.client_bounds`): the
     kernels visit the clients in ``order``, or in row order when it is empty."""
     starts, ends = client_bounds(offsets)
     return starts, ends, offsets[2] if offsets.ndim == 2 and len(offsets) == 3 else _IN_ROW_ORDER
-
-
-_IN_ROW_ORDER = np.empty(0, np.int64)
 
 
 def _rows_read(offsets, rows):
@@ -117,9 +117,9 @@ def linear_oracle(X, y, offsets, W, rows, kind, n_out, scale, fit_intercept, sam
     """Loss and gradient of a linear model per client, one fused pass per row (dense or CSR ``X``);
     ``sample_weight`` (empty: none) multiplies each row's loss and residuals."""
     scale = W.dtype.type(scale)
-    clients = _clients(offsets)
-    work = _work(X, _rows_read(offsets, rows), n_out, len(clients[0]))
-    _models.linear_oracle_kernel(work, *_model_arrays(X, W), y, *clients, W, rows, kind, n_out, scale,
+    starts, ends, order = _clients(offsets)
+    work = _work(X, _rows_read(offsets, rows), n_out, len(starts))
+    _models.linear_oracle_kernel(work, *_model_arrays(X, W), y, starts, ends, order, W, rows, kind, n_out, scale,
                                  fit_intercept, _sample_weight(sample_weight, W.dtype), loss_out, grad_out)
     return loss_out, grad_out
 

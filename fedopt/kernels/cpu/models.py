@@ -402,11 +402,12 @@ def _node_parameters(node, gammas, one_minus_gammas, alphas, betas, theta):
 
 
 @function(fastmath=REDUCTION_MATH)
-def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x, soft, tau, scale):
+def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x, soft, theta):
     """DEPOSITUM's momentum of one node, then ``x -= alpha nu``: Polyak ``nu = gamma nu + (1 - gamma) y``,
     or Nesterov ``mu = gamma mu + (1 - gamma) y``, ``nu = gamma mu + (1 - gamma) y``. With ``soft``,
-    also ``x = scale * soft(x, tau)`` in the same loop (l1; other proxes follow apart)."""
+    also ``x = theta[1] * soft(x, theta[0])`` in the same loop (l1; other proxes follow apart)."""
     if soft and not nesterov:  # the whole adapt step in one pass
+        tau, scale = theta[0], theta[1]
         for j in range(x.shape[0]):
             nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
             x[j] = scale * _soft(x[j] - nu[j] * alpha, tau)
@@ -419,6 +420,7 @@ def _momentum_step(nesterov, gamma, one_minus_gamma, alpha, mu, nu, tracker, x, 
         for j in range(x.shape[0]):
             nu[j] = (nu[j] - tracker[j]) * gamma + tracker[j]
     if soft:
+        tau, scale = theta[0], theta[1]
         for j in range(x.shape[0]):
             x[j] = scale * _soft(x[j] - nu[j] * alpha, tau)
     else:
@@ -432,7 +434,7 @@ def _adapt(nesterov, gamma, one_minus_gamma, alpha, prox_kind, theta, w, node, P
     then ``x = prox(x)`` in place (soft-thresholding inside :func:`_momentum_step`'s loop)."""
     nu, soft = NU[node], prox_kind == SOFT
     _momentum_step(nesterov, gamma, one_minus_gamma, alpha, MU[node] if nesterov else nu, nu, Y[node], P[node], soft,
-                   theta[0] if soft else alpha, theta[1] if soft else alpha)
+                   theta)
     if not soft:
         prox_row(prox_kind, theta, w, P, node, P)
 
