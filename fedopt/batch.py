@@ -53,7 +53,11 @@ class _RunAxis:
         self.problems = list(problems)
         self.problem = first = self.problems[0]
         self.n_runs, self.backend, self.dtype = len(self.problems), first.backend, first.dtype
-        self.n_clients, self.n_params, self.weights = first.n_clients, first.n_params, first.weights
+        self.n_clients, self.n_params = first.n_clients, first.n_params
+        weights = np.stack([problem.weights for problem in self.problems])
+        #: The client weights ``w_i``: ``(n,)`` when the runs share them, else each run's ``(R, n)``
+        #: (other partitions with ``weights="samples"`` and other client sizes).
+        self.weights = first.weights if (weights == first.weights).all() else weights
 
     def take(self, keep):
         return type(self)([self.problems[i] for i in keep])
@@ -80,15 +84,20 @@ class BatchProblem(_RunAxis):
     """``R`` runs of federated problems: the oracles of :class:`~fedopt.problems.base.Problem` on
     ``(R, n, p)`` client arrays and ``(R, 1, p)`` server arrays. The runs may have problems of their
     own (other partitions of the data: :meth:`~fedopt.problems.base.Problem.client_rows` stacks
-    their data sets) with the same sizes and client weights."""
+    their data sets) with the same sizes, each with its own client weights."""
 
     def __init__(self, problems):
         super().__init__(problems)
         self.rows = self.problem.client_rows(self.problems)
+        shared = self.weights.ndim == 1
+        self._weights_device = (self.problem._weights_device if shared else
+                                self.backend.xp.asarray(self.weights[:, None, :], dtype=self.dtype))
 
     def average(self, per_client):
-        """``sum_i w_i v_{r,i}`` for every run ``r``: ``(R, n, p)`` to ``(R, 1, p)``."""
-        return (self.problem._weights_device @ per_client)[:, None, :]
+        """``sum_i w_{r,i} v_{r,i}`` for every run ``r``: ``(R, n, p)`` to ``(R, 1, p)``."""
+        if self._weights_device.ndim == 1:
+            return (self._weights_device @ per_client)[:, None, :]
+        return self._weights_device @ per_client  # each run's own weights: (R, 1, n) @ (R, n, p)
 
     population_sum = average  # every client of a batched run takes part in every round
 
@@ -119,7 +128,7 @@ class BatchProblem(_RunAxis):
                              P, NU, MU, Y, G, adapt_first=True, adapt_after=False) -> bool:
         if theta.ndim == 2:  # per-run prox parameters (R, k): one row per node
             theta = np.repeat(theta, self.n_clients, axis=0)
-        scale = np.tile(self.backend.to_numpy(node_scale), self.n_runs)
+        scale = np.broadcast_to(self.backend.to_numpy(node_scale), (self.n_runs, self.n_clients)).reshape(-1)
         return self.rows.fused_tracking_steps(rows, scale, *map(self._per_row, (gamma, alpha, beta)), nesterov,
                                               tracking, prox_kind, theta, w, *map(_flat, (P, NU, MU, Y, G)),
                                               adapt_first=adapt_first, adapt_after=adapt_after)
@@ -138,9 +147,10 @@ class BatchProblem(_RunAxis):
     def loss_grad(self, X):
         """Each run's ``(f(x_r), grad f(x_r))`` at the server points ``X`` ``(R, 1, p)``: R floats, ``(R, 1, p)``."""
         losses, grads = self.rows.client_loss_grad(_flat(self.per_client(X)))
-        weights = self.problem._weights_device
-        losses = losses.reshape(self.n_runs, self.n_clients)
-        return [float(weights @ run) for run in losses], self.average(grads.reshape(self.client_shape))
+        shape = self.n_runs, self.n_clients
+        weights = self.backend.xp.broadcast_to(self._weights_device.reshape(-1, self.n_clients), shape)
+        return ([float(w @ run) for w, run in zip(weights, losses.reshape(shape), strict=True)],
+                self.average(grads.reshape(self.client_shape)))
 
     def grad(self, X):
         return self.average(self.client_grad(self.per_client(X)))
@@ -298,9 +308,9 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
 
     ``problem``, ``regularizer``, ``x0``, ``metric_gamma`` and any hyperparameter may be one value
     (all runs) or a list with one value per seed (a regularization path is a list of regularizers;
-    a list of problems holds, say, other partitions of the same data, with the same client count,
-    parameters and client weights). The runs share the values that set a round's shape
-    (``local_steps``, ``batch_size``, ...); :func:`fedopt.sweep` groups runs accordingly.
+    a list of problems holds, say, other partitions of the same data, with the same client count
+    and parameters; each keeps its own client weights). The runs share the values that set a
+    round's shape (``local_steps``, ``batch_size``, ...); :func:`fedopt.sweep` groups runs accordingly.
 
     A run that diverges or stalls, or that reaches ``tol``, stops on its own and leaves the batch:
     its result keeps its history, and ``result.error`` holds the :class:`~fedopt.run.DivergenceError`
@@ -366,9 +376,6 @@ def _same_shape(problems, backend) -> list:
         if type(problem) is not type(first) or problem.backend.name != first.backend.name:
             raise ValueError("the problems of a batch must be of one class on one backend, got "
                              f"{first!r} and {problem!r}")
-        if not np.array_equal(problem.weights, first.weights):
-            raise ValueError("the problems of a batch must have the same client weights (weights='samples' with "
-                             "other client sizes differs); run them in separate batches")
     return problems
 
 

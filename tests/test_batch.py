@@ -99,14 +99,34 @@ def test_runs_on_other_partitions_batch(scheme):
     assert not np.array_equal(results[0].x, results[1].x)
 
 
+WEIGHTED = [(method, reg, {**extra, "lr_local": 0.1, **({} if method == "scaffnew" else {"local_steps": 2})})
+            for method, reg, extra in CASES] + [
+    ("depositum", L1(0.01), {"comm_period": 2, "lr": 0.1, "topology": "ring"}),
+    ("prox-dsgt", L1(0.01), {"lr": 0.1, "topology": "ring"}),
+]
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize(("method", "reg", "extra"), WEIGHTED, ids=[c[0] for c in WEIGHTED])
+def test_runs_with_their_own_client_weights_batch(backend, method, reg, extra):
+    """Partitions of other client sizes with ``weights="samples"``: each run averages (and, in the
+    decentralized methods, scales its nodes' gradients) with its own weights, bit for bit."""
+    X, y = make_classification(240, 11, n_informative=6, random_state=0)
+    problems = [Logistic(partition(X, y, n_clients=5, scheme="dirichlet", seed=s), weights="samples", backend=backend)
+                for s in (0, 1)]
+    assert not np.allclose(problems[0].weights, problems[1].weights)
+    per_run = [problems[0], problems[1], problems[1]]
+    common = {"rounds": 5, "eval_every": 2, "batch_size": 4, **extra}
+    results = fedopt.run_batch(method, per_run, reg, seeds=[0, 1, 2], **common)
+    for seed, problem, result in zip([0, 1, 2], per_run, results, strict=True):
+        assert_same_run(fedopt.run(method, problem, reg, seed=seed, **common), result)
+
+
 def test_problems_that_cannot_share_a_batch(data):
     X, y = make_classification(240, 11, n_informative=6, random_state=0)
     other_n = Logistic(partition(X, y, n_clients=4, seed=0))
     with pytest.raises(ValueError, match="must have one n_clients, got 5 and 4"):
         fedopt.run_batch("fedavg", [logistic(data), other_n], seeds=[0, 1], rounds=1)
-    sizes = [Logistic(partition(X, y, n_clients=5, scheme="dirichlet", seed=s), weights="samples") for s in (0, 1)]
-    with pytest.raises(ValueError, match="same client weights"):
-        fedopt.run_batch("fedavg", sizes, seeds=[0, 1], rounds=1)
 
 
 def test_mlp_batch(data):

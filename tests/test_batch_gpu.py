@@ -35,3 +35,18 @@ def test_gpu_batch_equals_gpu_runs_and_the_cpu_batch(method, model, extra):
         np.testing.assert_allclose(on_gpu.x, single.x, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(on_gpu.history["stationarity"], single.history["stationarity"], rtol=1e-10)
         np.testing.assert_allclose(on_gpu.x, on_cpu.x, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("method", "extra"), [("fednmap", {"local_steps": 3, "lr_local": 0.1}),
+                                               ("depositum", {"comm_period": 3, "lr": 0.1, "topology": "ring"})])
+def test_gpu_batch_with_each_runs_client_weights(method, extra):
+    """Partitions of other client sizes with ``weights="samples"`` in one batch, as the CPU batch."""
+    X, y = make_classification(300, 16, n_informative=8, random_state=0)
+    data = [partition(X, y, n_clients=16, scheme="dirichlet", seed=s) for s in (0, 1)]
+    common = {"seeds": [0, 1], "rounds": 6, "eval_every": 3, "batch_size": 8, **extra}
+    gpu = fedopt.run_batch(method, [Logistic(d, weights="samples", backend="gpu") for d in data], L1(0.01), **common)
+    cpu = fedopt.run_batch(method, [Logistic(d, weights="samples", backend="numba") for d in data], L1(0.01),
+                           **common)
+    for on_gpu, on_cpu in zip(gpu, cpu, strict=True):
+        np.testing.assert_allclose(on_gpu.x, on_cpu.x, rtol=1e-9, atol=1e-12)

@@ -246,8 +246,14 @@ def test_batched_sweep_stores_what_single_runs_store(executor, tmp_path, single_
         _same(_histories(auto, "tiny"), _histories(off, "tiny"))
 
 
-def test_runs_on_other_partitions_share_a_batch(tmp_path, single_runs):
-    exp = tiny(PARTITIONS)
+#: The same on Dirichlet partitions with sample-count client weights: each run has weights of its own.
+WEIGHTED_PARTITIONS = PARTITIONS.replace('partition = "iid"', 'partition = "dirichlet"').replace(
+    'name = "softmax"', 'name = "softmax"\nweights = "samples"')
+
+
+@pytest.mark.parametrize("config", [PARTITIONS, WEIGHTED_PARTITIONS], ids=["iid", "dirichlet-sample-weights"])
+def test_runs_on_other_partitions_share_a_batch(tmp_path, single_runs, config):
+    exp = tiny(config)
     with sweep.Store(tmp_path / "off.db") as off, sweep.Store(tmp_path / "auto.db") as auto:
         sweep.run_sweep(exp, off, executor="serial", batch="off", progress=False)
         batched = sweep.run_sweep(exp, auto, executor="serial", batch="auto", progress=False)

@@ -3,11 +3,11 @@
 Two runs are **compatible** when their configurations are equal except for the ``seed``, the
 ``metric_gamma``, the real-valued hyperparameters of the method (those that set no round's shape:
 not the method's ``shared`` ones), the numeric parameters of the regularizer (same name and
-block) and the data set's partition seed (other partitions of the same samples; runs whose
-client weights then differ, ``weights = "samples"`` with other client sizes, fall back to running
-one at a time), and when the method can run batched (``batch_refusal()`` is None): Scaffnew with
-``random_steps`` runs alone. The compatible runs form a *group*, in
-the order of the sweep; each group is cut into batches by the ``batch`` option:
+block) and the data set's partition seed (other partitions of the same samples, each run with
+its own client weights when ``weights = "samples"`` and the client sizes differ), and when the
+method can run batched (``batch_refusal()`` is None): Scaffnew with ``random_steps`` runs alone.
+The compatible runs form a *group*, in the order of the sweep; each group is cut into batches by
+the ``batch`` option:
 
 * ``"off"``: every run alone (through :func:`fedopt.run`);
 * ``N`` (an integer >= 1): batches of at most ``N`` runs;

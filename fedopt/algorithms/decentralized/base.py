@@ -94,7 +94,7 @@ class DecentralizedMethod(Algorithm):
         problem.client_grad(X, rows, out=out)
         weights = problem.weights * problem.n_clients
         if np.abs(weights - 1).max() > 1e-12:  # uniform weights: f_i itself
-            out *= problem.backend.xp.asarray(weights[:, None], dtype=out.dtype)
+            out *= problem.backend.xp.asarray(weights[..., None], dtype=out.dtype)  # (n, 1) or a batch's (R, n, 1)
         return out
 
     @staticmethod
