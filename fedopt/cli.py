@@ -334,10 +334,11 @@ def _bench(args) -> int:
     if args.sweep:
         from fedopt.sweep.bench import bench_batch, bench_sweep, sweep_breakdown
 
+        backend = None if args.backend == "auto" else args.backend
         rows = bench_sweep(workers=args.workers or [1, 2], experiment=args.experiment, rounds=args.rounds,
-                           seeds=args.seeds)
+                           seeds=args.seeds, backend=backend)
         breakdown = sweep_breakdown(args.experiment, rounds=args.rounds, seeds=args.seeds) if args.breakdown else None
-        batched = bench_batch(runs=args.batch_runs) if args.batch_runs else None
+        batched = bench_batch(runs=args.batch_runs, backend=backend or "numba") if args.batch_runs else None
         _bench_json(args.json, {"sweep": rows, "breakdown": breakdown, "batch": batched})
         return 0
     if args.startup:
@@ -490,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="time the standard shapes against a same-process copy or GEMM floor")
     bench.add_argument("--quick", action="store_true", help="fewer rows and calls, MLP rounds at the small shape")
     bench.add_argument("--json", metavar="FILE", help="also write the rows (and the machine) to this JSON file")
-    bench.add_argument("--backend", default="auto", choices=backends)
+    bench.add_argument("--backend", default="auto", choices=backends,
+                       help="the backend of the shapes; with --sweep, of every run of the sweep and the batch")
     bench.add_argument("--dtype", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     bench.add_argument("--clients", type=int, nargs="+", metavar="N", help="numbers of clients (default 100)")
     bench.add_argument("--family", nargs="+", choices=["prox", "gossip", "gradient", "round"],

@@ -129,6 +129,7 @@ def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys, monkeypat
     monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 1 << 62)
     breakdown = sweep_breakdown(str(toml), rounds=20, seeds=1)
     rows = bench_sweep([1], str(toml), rounds=20, seeds=1)
+    on_numpy = bench_sweep([1], str(toml), rounds=2, seeds=1, batches=("auto",), backend="numpy")
     # Assert
     assert breakdown["runs"] == 2 and breakdown["rounds"] == 20
     assert set(breakdown["phases"]) == {"compile", "data", "rounds", "metrics", "store"}
@@ -137,6 +138,7 @@ def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys, monkeypat
     assert rows[0]["runs"] == 2 and rows[0]["runs_per_second"] > 0
     assert math.isclose(rows[0]["rounds_per_second"], 20 * rows[0]["runs_per_second"])
     assert [(row["batch"], row["runs"]) for row in rows] == [("off", 2), ("auto", 2)]
+    assert [row["backend"] for row in rows] == ["numba", "numba"] and on_numpy[0]["backend"] == "numpy"
     assert "where the time goes" in capsys.readouterr().out
 
 

@@ -45,33 +45,41 @@ def shortened(experiment: str, rounds: int | None = None, seeds: int | None = No
 
 
 def bench_sweep(workers=(1, 2), experiment: str = "speedup_demo", rounds: int | None = None,
-                seeds: int | None = None, batches=("off", "auto"), stream=None) -> list[dict]:
-    """Measure the sweep of ``experiment`` once per worker count and ``--batch`` mode; print and return the rows."""
+                seeds: int | None = None, batches=("off", "auto"), backend: str | None = None,
+                stream=None) -> list[dict]:
+    """Measure the sweep of ``experiment`` once per worker count and ``--batch`` mode; print and return
+    the rows. ``backend`` runs every configuration there (``"gpu"``: each worker process on the
+    device), as ``fedopt sweep --backend``."""
     from fedopt.sweep.execute import execute_run, run_sweep
 
     stream = sys.stdout if stream is None else stream
     exp = shortened(experiment, rounds, seeds)
     specs = exp.expand()
-    execute_run({**specs[0].config, "rounds": 1})  # compile (or load) the kernels once
+    on_backend = {} if backend is None else {"backend": backend}
+    execute_run({**specs[0].config, "rounds": 1, **on_backend})  # compile (or load) the kernels once
     runs, rounds_per_run = len({s.key for s in specs}), exp.run["rounds"]
     print(f"{exp.name}: {runs} runs of {rounds_per_run} rounds, local executor, {os.cpu_count()} cores", file=stream)
-    print(f"    {'workers':>7s} {'batch':>6s} {'seconds':>8s} {'runs/s':>7s} {'rounds/s':>9s} {'mean run s':>10s}",
-          file=stream)
+    print(f"    {'workers':>7s} {'batch':>6s} {'backend':>7s} {'seconds':>8s} {'runs/s':>7s} {'rounds/s':>9s} "
+          f"{'mean run s':>10s}", file=stream)
     rows = []
     for count in workers:
         for batch in batches:
             with tempfile.TemporaryDirectory() as folder, Store(os.path.join(folder, "bench.db")) as store:
                 start = time.perf_counter()
-                summary = run_sweep(exp, store, executor="local", workers=count, progress=False, batch=batch)
+                summary = run_sweep(exp, store, executor="local", workers=count, progress=False, batch=batch,
+                                    backend=backend)
                 seconds = time.perf_counter() - start
-                mean_run = sum(m["run_seconds"] or 0 for m in store.members(exp.name, with_history=False)) / len(specs)
+                members = store.members(exp.name, with_history=False)
             if summary.counts.get("done") != runs:
                 raise RuntimeError(f"the benchmark sweep did not finish every run: {summary.counts}")
-            row = {"experiment": exp.name, "workers": count, "batch": batch, "runs": summary.executed,
-                   "rounds": rounds_per_run, "seconds": seconds, "runs_per_second": summary.executed / seconds,
+            mean_run = sum(m["run_seconds"] or 0 for m in members) / len(specs)
+            ran_on = ",".join(sorted({m["backend"] for m in members}))
+            row = {"experiment": exp.name, "workers": count, "batch": batch, "backend": ran_on,
+                   "runs": summary.executed, "rounds": rounds_per_run, "seconds": seconds,
+                   "runs_per_second": summary.executed / seconds,
                    "rounds_per_second": summary.executed * rounds_per_run / seconds, "mean_run_seconds": mean_run}
             rows.append(row)
-            print(f"    {count:7d} {batch!s:>6s} {seconds:8.1f} {row['runs_per_second']:7.2f} "
+            print(f"    {count:7d} {batch!s:>6s} {ran_on:>7s} {seconds:8.1f} {row['runs_per_second']:7.2f} "
                   f"{row['rounds_per_second']:9.0f} {mean_run:10.2f}", file=stream, flush=True)
     return rows
 
@@ -131,6 +139,7 @@ def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, e
     def kernel_alone():
         for _ in range(rounds):
             rows_view.fused_local_steps(*kernel_args)
+        rows_view.backend.to_numpy(kernel_args[-1][:1])  # waits for a device's queue (the runs return to the host)
 
     loop, batch, kernel = best(loop_of_runs), best(one_batch), best(kernel_alone)
     result = {"runs": runs, "rounds": rounds, "eval_every": eval_every, "backend": problem.backend.name,
