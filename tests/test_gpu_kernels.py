@@ -124,6 +124,24 @@ class TestRowKernels:
             assert np.isnan(expected).any() and np.isfinite(expected[1]).all()
             assert_close(run_rows(launcher, z, *args), expected, dtype)
 
+    @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the plain sums, in simulated scalars
+    def test_huge_tiny_and_zero_rows_like_the_reference(self, rng):
+        """Squared norms that overflow (entries of 1e200) or underflow (1e-170) are computed again,
+        scaled by the largest entry: the projection of a huge row is its direction, a tiny row
+        keeps its scale, and a zero row stays 0."""
+        z = np.zeros((4, 9))
+        z[0, :2], z[1, :2], z[3] = [3e200, -4e200], [3e-170, -4e-170], rng.normal(size=9)
+        starts, order = np.array([0, 4, 9], np.int64), np.zeros(0, np.int64)
+        cases = [(rows.project_l2_ball, reference.project_l2_ball, (np.zeros(0), 1.0)),
+                 (rows.project_l2_ball, reference.project_l2_ball, (np.zeros(0), 1e-170)),
+                 (rows.prox_group, reference.prox_group, (starts, order, np.array([1e-170, 0.5]), 1.0))]
+        for launcher, oracle, args in cases:
+            np.testing.assert_allclose(run_rows(launcher, z, *args), oracle(z, *args, np.empty_like(z)), rtol=1e-12,
+                                       atol=0)
+        np.testing.assert_allclose(run_rows(rows.project_l2_ball, z, np.zeros(0), 1.0)[0, :2], [0.6, -0.8], rtol=1e-12)
+        np.testing.assert_allclose(run_rows(rows.prox_group, z, starts, order, np.array([1e-170, 0.5]), 1.0)[1, :2],
+                                   [2.4e-170, -3.2e-170], rtol=1e-12)  # norm 5e-170, shrunk by 1 - 1/5
+
     def test_default_block_fits_the_row_and_bad_blocks_are_refused(self, rng):
         z = scaled_rows(rng, 2, 5, np.float64)
         expected = reference.project_simplex(z, 1.0, np.empty_like(z))

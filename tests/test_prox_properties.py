@@ -16,6 +16,7 @@ from hypothesis.extra import numpy as hnp
 
 from fedopt import regularizers as R
 from fedopt._backend import backend_for
+from fedopt.kernels.cpu.rows import ROW_CHUNK
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -26,7 +27,8 @@ ATOL = 1e-9  # absolute slack of the float64 identities, multiplied by the scale
 
 
 def _no_underflow(v):
-    """Magnitudes below 1e-150 become 0: their squares underflow (see the xfail tests at the end)."""
+    """Magnitudes below 1e-150 become 0: their squares underflow, so the identities' absolute
+    slack would not hold (the extreme magnitudes have their own tests at the end)."""
     return 0.0 if abs(v) < 1e-150 else v
 
 
@@ -671,23 +673,40 @@ def test_reference_projection_of_large_entries(reg, z):
     assert_finite_projection(reg, z, reg.prox(z, 1.0, backend="numpy"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="L2Ball: ||z - c||^2 overflows to inf for ||z|| >~ 1.3e154, radius / inf = 0 and the projection "
-    "returns the center (fedopt/kernels/cpu/rows.py _row_squared_distances; same in reference.py project_l2_ball)",
-)
-def test_l2_ball_projection_of_huge_point():
-    """The projection of a huge point on the unit ball is its direction, not the center."""
-    np.testing.assert_allclose(R.L2Ball(1.0).prox(np.array([1e200, 0.0]), 1.0), [1.0, 0.0], rtol=1e-12, atol=0)
+EXTREME_BACKENDS = pytest.mark.parametrize("backend", ["numpy", "numba"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GroupLasso: the group norm sqrt(sum z^2) underflows to 0 for |z| < ~1e-154, and "
-    "fedopt/kernels/cpu/rows.py _shrink_factors (norm <= tau) then zeroes the group even for lam = 0",
-)
-def test_group_lasso_tiny_entries_are_not_zeroed():
-    """``lam = 0`` is the identity, and ``lam * w << ||z_g||`` barely moves the group, even for tiny entries."""
-    z = np.array([1e-170, -3e-170])
-    np.testing.assert_array_equal(R.GroupLasso(0.0, groups=1).prox(z, 1.0), z)
-    np.testing.assert_allclose(R.GroupLasso(1e-300, groups=2).prox(z, 1.0), z, rtol=1e-12, atol=0)
+@EXTREME_BACKENDS
+@pytest.mark.parametrize("p", [2, ROW_CHUNK + 3], ids=["short-row", "long-row"])
+def test_l2_ball_projection_of_huge_and_tiny_points(backend, p):
+    """The projection of a huge point on the unit ball is its direction, not the center (its
+    squared norm overflows); a tiny point inside the ball stays where it is, and so does a tiny
+    point inside a tiny ball's boundary, scaled exactly (its squared norm underflows)."""
+    z = np.zeros((3, p))
+    z[0, :2] = [3e200, -4e200]
+    z[1, :2] = [3e-170, -4e-170]
+    z[2, :2] = [3e-170, 4e-170]
+    np.testing.assert_allclose(R.L2Ball(1.0).prox(z[:2], 1.0, backend=backend)[:, :2],
+                               [[0.6, -0.8], [3e-170, -4e-170]], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(R.L2Ball(1e-170).prox(z[2], 1.0, backend=backend)[:2], [0.6e-170, 0.8e-170],
+                               rtol=1e-12, atol=0)
+    center = np.zeros(p)
+    center[0] = 1e200
+    point = np.zeros(p)
+    point[:2] = [-3e200, 4e200]  # 4e200 * (-1, 1) from the center: lands on its sphere, at (-1, 1) / sqrt(2)
+    np.testing.assert_allclose(R.L2Ball(1.0, center=center).prox(point, 1.0, backend=backend)[:2],
+                               [1e200, 2**-0.5], rtol=1e-12, atol=0)
+
+
+@EXTREME_BACKENDS
+@pytest.mark.parametrize("groups", [4, np.array([1, 0, 1, 0])], ids=["one-group", "interleaved-groups"])
+def test_group_lasso_of_tiny_and_huge_entries(backend, groups):
+    """``lam = 0`` is the identity, and ``lam * w << ||z_g||`` barely moves a group, even for tiny
+    entries (their squares underflow to 0) and huge ones (their squares overflow to inf)."""
+    for z in (np.array([1e-170, -3e-170, 2e-170, 5e-171]), np.array([1e200, -3e200, 2e200, 5e199])):
+        np.testing.assert_array_equal(R.GroupLasso(0.0, groups=groups).prox(z, 1.0, backend=backend), z)
+        np.testing.assert_allclose(R.GroupLasso(1e-300, groups=groups).prox(z, 1.0, backend=backend), z, rtol=1e-12,
+                                   atol=0)
+    tiny = np.array([3e-170, 4e-170, 0.0, 0.0])  # norm 5e-170: shrunk by 1 - 1e-170 / 5e-170
+    np.testing.assert_allclose(R.GroupLasso(1e-170, groups=4, weights=[1.0]).prox(tiny, 1.0, backend=backend),
+                               0.8 * tiny, rtol=1e-12, atol=0)

@@ -59,6 +59,16 @@ def prox_elementwise(z, kind, theta, w, out):
     return out
 
 
+def row_norms(v):
+    """``||v_i||`` of every row of ``v`` (2-D), kept ``(n, 1)``, without overflow or underflow: each
+    row is divided by its largest magnitude first (a row with entries of 1e200 has the norm 1e200,
+    one with entries of 1e-170 a norm of about 1e-170, not inf and 0). Rows with inf or NaN, and
+    zero rows, take the plain norm."""
+    largest = np.max(np.abs(v), axis=1, keepdims=True) if v.shape[1] else np.zeros((v.shape[0], 1))
+    safe = np.where(np.isfinite(largest) & (largest > 0), largest, 1.0)
+    return safe * np.linalg.norm(v / safe, axis=1, keepdims=True)
+
+
 def prox_group(z, starts, order, tau, scale, out):
     """Block soft-thresholding: ``x_g = scale * max(0, 1 - tau[g] / ||z_g||) * z_g`` per group."""
     perm = order if len(order) else np.arange(z.shape[1])
@@ -66,7 +76,7 @@ def prox_group(z, starts, order, tau, scale, out):
     for g in range(len(starts) - 1):
         idx = perm[starts[g] : starts[g + 1]]
         block = z[:, idx]
-        norm = np.linalg.norm(block, axis=1, keepdims=True)
+        norm = row_norms(block)
         with np.errstate(divide="ignore", invalid="ignore"):
             factor = np.maximum(1.0 - tau[g] / norm, 0.0)
         factor = np.where(norm == 0, 0.0, factor)  # 0/0: the block is 0 and stays 0
@@ -79,7 +89,7 @@ def project_l2_ball(z, center, radius, out):
     """``out = c + (z - c) * min(1, radius / ||z - c||)`` per row (``c = 0`` when ``center`` is empty)."""
     c = center if len(center) else 0.0
     diff = z - c
-    norm = np.linalg.norm(diff, axis=1, keepdims=True)
+    norm = row_norms(diff)
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where(norm > radius, radius / norm, 1.0)
     factor = np.where(np.isnan(norm), np.nan, factor)

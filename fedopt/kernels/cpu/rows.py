@@ -9,11 +9,16 @@ from numba import prange
 
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel
 from fedopt.kernels.cpu.elementwise import BLOCK
+from fedopt.kernels.reference import row_norms
 
 #: Rows of up to this many entries are one task each in the l2-ball, simplex and l1-ball
 #: projections (a row then stays in cache between its passes); longer rows are split into
 #: chunks of this many entries for parallel passes.
 ROW_CHUNK = 1 << 16
+#: A sum of squares outside this range may have overflowed to inf, or lost its entries to
+#: underflow (squares of magnitudes below about 1e-154 are subnormal or 0): the norm is then
+#: computed again from the entries divided by the largest of them (zero rows take that path too).
+SQUARES_MIN, SQUARES_MAX = 2.0**-960, 2.0**960
 
 
 # Group bounds are cast to unsigned so that indexing skips Numba's negative-index wrap-around,
@@ -22,7 +27,9 @@ ROW_CHUNK = 1 << 16
 
 @inline
 def _group_squares(zi, starts, order, g0, g1, squares):
-    """``squares[g - g0] = sum(zi[order[starts[g]:starts[g+1]]] ** 2)`` for ``g0 <= g < g1``, summed in float64."""
+    """``squares[g - g0] = sum(zi[order[starts[g]:starts[g+1]]] ** 2)`` for ``g0 <= g < g1``, summed in
+    float64; True when a sum is outside ``SQUARES_MIN .. SQUARES_MAX`` (see :func:`_rescue_factors`)."""
+    suspect = False
     for g in range(g0, g1):
         total = 0.0
         k0, k1 = np.uint64(starts[g]), np.uint64(starts[g + 1])
@@ -34,6 +41,8 @@ def _group_squares(zi, starts, order, g0, g1, squares):
             for k in range(k0, k1):
                 total += zi[k] * zi[k]
         squares[g - g0] = total
+        suspect |= not (SQUARES_MIN <= total <= SQUARES_MAX)
+    return suspect
 
 
 @inline
@@ -43,6 +52,30 @@ def _shrink_factors(squares, tau, scale):
         norm = math.sqrt(squares[m])
         # A zero group (norm <= tau) is zeroed, never divided by 0; a NaN norm fails the test.
         squares[m] = 0.0 if norm <= tau[m] else scale * (1.0 - tau[m] / norm)
+
+
+@function
+def _rescue_factors(zi, starts, order, g0, tau, scale, factors):
+    """:func:`_shrink_factors` again for the groups ``g0 + m`` whose sum of squares is outside
+    ``SQUARES_MIN .. SQUARES_MAX``, from their norms with the entries divided by the largest
+    magnitude first (the plain norm where that is 0, inf or NaN)."""
+    for m in range(factors.shape[0]):
+        k0, k1 = np.uint64(starts[g0 + m]), np.uint64(starts[g0 + m + 1])
+        largest, total = 0.0, 0.0
+        for k in range(k0, k1):
+            a = abs(zi[np.uint64(order[k])] if order.shape[0] > 0 else zi[k])
+            largest = a if a > largest else largest
+            total += a * a
+        if SQUARES_MIN <= total <= SQUARES_MAX:
+            continue
+        norm = math.sqrt(total)
+        if 0.0 < largest < math.inf:
+            total = 0.0
+            for k in range(k0, k1):
+                a = (zi[np.uint64(order[k])] if order.shape[0] > 0 else zi[k]) / largest
+                total += a * a
+            norm = largest * math.sqrt(total)
+        factors[m] = 0.0 if norm <= tau[m] else scale * (1.0 - tau[m] / norm)
 
 
 @inline
@@ -81,8 +114,10 @@ def prox_group_kernel(z, starts, order, tau, scale, out):
         g0 = (task - r * group_tiles) * per_task
         factors = np.empty(min(per_task, n_groups - g0))
         for i in range(r * rows_per_tile, min((r + 1) * rows_per_tile, n)):
-            _group_squares(z[i], starts, order, g0, g0 + factors.shape[0], factors)
+            suspect = _group_squares(z[i], starts, order, g0, g0 + factors.shape[0], factors)
             _shrink_factors(factors, tau[g0 : g0 + factors.shape[0]], scale)
+            if suspect:
+                _rescue_factors(z[i], starts, order, g0, tau[g0 : g0 + factors.shape[0]], scale, factors)
             _scale_groups(z[i], starts, order, g0, factors, out[i])
 
 
@@ -129,6 +164,25 @@ def _scale_rows_about(z, center, factor, out):
                 oi[j] = zi[j] * f
 
 
+@function
+def _rescaled_distance(zi, center):
+    """``||zi - center||`` (``center`` may be empty: the origin) with the differences divided by the
+    largest magnitude first; the plain norm where that is 0, inf or NaN."""
+    has_center = center.shape[0] > 0
+    largest, total = 0.0, 0.0
+    for j in range(zi.shape[0]):
+        a = abs(zi[j] - center[j] if has_center else zi[j])
+        largest = a if a > largest else largest
+        total += a * a
+    if not (0.0 < largest < math.inf):
+        return math.sqrt(total)
+    total = 0.0
+    for j in range(zi.shape[0]):
+        a = (zi[j] - center[j] if has_center else zi[j]) / largest
+        total += a * a
+    return largest * math.sqrt(total)
+
+
 @kernel(fastmath=REDUCTION_MATH)
 def _l2_ball_rows(z, center, radius, out):
     """Rows of at most ROW_CHUNK entries, one per task: the norm, then the scaling (the row is still in cache)."""
@@ -143,7 +197,7 @@ def _l2_ball_rows(z, center, radius, out):
         else:
             for j in range(p):
                 total += zi[j] * zi[j]
-        norm = math.sqrt(total)
+        norm = math.sqrt(total) if SQUARES_MIN <= total <= SQUARES_MAX else _rescaled_distance(zi, center)
         factor = 1.0 if norm <= radius else radius / norm  # NaN for a NaN norm
         if has_center:
             for j in range(p):
@@ -164,7 +218,11 @@ def project_l2_ball(z, center, radius, out):
         return out
     partial = np.empty((n, (p + BLOCK - 1) // BLOCK))
     _row_squared_distances(z.size, z, center, partial)
-    norms = np.sqrt(partial.sum(axis=1))
+    squares = partial.sum(axis=1)
+    norms = np.sqrt(squares)
+    suspect = ~((squares >= SQUARES_MIN) & (squares <= SQUARES_MAX))  # see SQUARES_MIN
+    if suspect.any():
+        norms[suspect] = row_norms(z[suspect] - (center if len(center) else 0.0))[:, 0]
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where(norms > radius, radius / norms, 1.0)
     factor[np.isnan(norms)] = np.nan

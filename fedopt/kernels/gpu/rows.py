@@ -17,23 +17,47 @@ from numba import cuda, float64
 
 #: The most threads per block that the launchers choose by themselves (``block=None``).
 MAX_AUTO_BLOCK = 256
+#: Sums of squares outside this range are recomputed scaled (as in :mod:`fedopt.kernels.cpu.rows`).
+SQUARES_MIN, SQUARES_MAX = 2.0**-960, 2.0**960
 
 
 @cuda.jit(device=True)
-def _block_sum(buf, value):
-    """Sum of ``value`` over the threads of the block, returned to every thread (``buf``: one slot per thread)."""
+def _block_reduce(buf, value, largest):
+    """Sum of ``value`` over the threads of the block, or with ``largest`` its largest value (NaN
+    ignored), returned to every thread (``buf``: one slot per thread)."""
     t = cuda.threadIdx.x
     buf[t] = value
     cuda.syncthreads()
     half = cuda.blockDim.x // 2
     while half > 0:
         if t < half:
-            buf[t] += buf[t + half]
+            other = buf[t + half]
+            if not largest:
+                buf[t] += other
+            elif other > buf[t]:
+                buf[t] = other
         cuda.syncthreads()
         half //= 2
     total = buf[0]
     cuda.syncthreads()  # everyone has read buf[0] before the buffer is written again
     return total
+
+
+@cuda.jit(device=True)
+def _block_sum(buf, value):
+    """Sum of ``value`` over the threads of the block, returned to every thread."""
+    return _block_reduce(buf, value, False)
+
+
+@cuda.jit(device=True)
+def _rescaled_norm(buf, squares, largest, scaled_squares):
+    """The norm of a block's row (or group) whose sum of squares ``squares`` is outside
+    ``SQUARES_MIN .. SQUARES_MAX``: ``largest`` (its largest magnitude) times the root of
+    ``scaled_squares`` (each thread's squares of the entries divided by ``largest``) summed over the
+    block, or the plain root where ``largest`` is 0, inf or NaN (see :mod:`fedopt.kernels.cpu.rows`)."""
+    if 0.0 < largest < math.inf:
+        return largest * math.sqrt(_block_sum(buf, scaled_squares))
+    return math.sqrt(squares)
 
 
 @cuda.jit(device=True)
@@ -70,7 +94,19 @@ def _l2_ball_kernel(z, center, radius, out):
     for j in range(t, p, nt):
         d = z[row, j] - center[j] if shifted else z[row, j]
         acc += d * d
-    norm = math.sqrt(_block_sum(buf, acc))
+    squares = _block_sum(buf, acc)
+    norm = math.sqrt(squares)
+    if not (SQUARES_MIN <= squares <= SQUARES_MAX):  # the same for the whole block: see SQUARES_MIN
+        largest = 0.0
+        for j in range(t, p, nt):
+            largest = max(largest, abs(z[row, j] - center[j] if shifted else z[row, j]))
+        largest = _block_reduce(buf, largest, True)
+        divisor = largest if 0.0 < largest < math.inf else 1.0
+        acc = 0.0
+        for j in range(t, p, nt):
+            d = (z[row, j] - center[j] if shifted else z[row, j]) / divisor
+            acc += d * d
+        norm = _rescaled_norm(buf, squares, largest, acc)
     factor = radius / norm if norm > radius else 1.0
     if math.isnan(norm):
         factor = norm
@@ -94,7 +130,19 @@ def _group_kernel(z, starts, order, tau, scale, out):
     for k in range(starts[g] + t, starts[g + 1], nt):
         v = z[row, order[k] if permuted else k]
         acc += v * v
-    norm = math.sqrt(_block_sum(buf, acc))
+    squares = _block_sum(buf, acc)
+    norm = math.sqrt(squares)
+    if not (SQUARES_MIN <= squares <= SQUARES_MAX):  # the same for the whole block: see SQUARES_MIN
+        largest = 0.0
+        for k in range(starts[g] + t, starts[g + 1], nt):
+            largest = max(largest, abs(z[row, order[k] if permuted else k]))
+        largest = _block_reduce(buf, largest, True)
+        divisor = largest if 0.0 < largest < math.inf else 1.0
+        acc = 0.0
+        for k in range(starts[g] + t, starts[g + 1], nt):
+            v = z[row, order[k] if permuted else k] / divisor
+            acc += v * v
+        norm = _rescaled_norm(buf, squares, largest, acc)
     if norm == 0.0:
         factor = 0.0
     else:
