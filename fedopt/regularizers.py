@@ -382,7 +382,9 @@ class GroupLasso(Regularizer):
     def _values(self, x, tol):
         starts, order, weights = self._layout(x.shape[1])
         xs = x[:, order] if len(order) else x
-        norms = np.sqrt(np.add.reduceat(xs * xs, starts[:-1], axis=1))
+        largest = np.max(np.abs(xs), axis=1, keepdims=True)  # each row scaled by it: no overflow or underflow
+        scale = np.where(np.isfinite(largest) & (largest > 0), largest, 1.0)
+        norms = scale * np.sqrt(np.add.reduceat((xs / scale) ** 2, starts[:-1], axis=1))
         return self.lam * norms @ weights
 
     def _prox_rows(self, backend, z, step, out):

@@ -707,6 +707,8 @@ def test_group_lasso_of_tiny_and_huge_entries(backend, groups):
         np.testing.assert_array_equal(R.GroupLasso(0.0, groups=groups).prox(z, 1.0, backend=backend), z)
         np.testing.assert_allclose(R.GroupLasso(1e-300, groups=groups).prox(z, 1.0, backend=backend), z, rtol=1e-12,
                                    atol=0)
+    for z in (np.array([3e200, 4e200, 0.0, 0.0]), np.array([3e-170, 4e-170, 0.0, 0.0])):  # phi = 2 * 5 * scale
+        np.testing.assert_allclose(R.GroupLasso(2.0, groups=4, weights=[1.0]).value(z), 10 * z[0] / 3, rtol=1e-12)
     tiny = np.array([3e-170, 4e-170, 0.0, 0.0])  # norm 5e-170: shrunk by 1 - 1e-170 / 5e-170
     np.testing.assert_allclose(R.GroupLasso(1e-170, groups=4, weights=[1.0]).prox(tiny, 1.0, backend=backend),
                                0.8 * tiny, rtol=1e-12, atol=0)
