@@ -89,8 +89,7 @@ class BatchProblem(_RunAxis):
     def __init__(self, problems):
         super().__init__(problems)
         self.rows = self.problem.client_rows(self.problems)
-        shared = self.weights.ndim == 1
-        self._weights_device = (self.problem._weights_device if shared else
+        self._weights_device = (self.problem._weights_device if self.weights.ndim == 1 else
                                 self.backend.xp.asarray(self.weights[:, None, :], dtype=self.dtype))
 
     def average(self, per_client):

@@ -150,6 +150,12 @@ LEAST_SQUARES = 0  # (m - y)^2 / 2, one output
 LOGISTIC = 1  # log(1 + exp(-y m)), y = +-1, one output
 SOFTMAX = 2  # logsumexp(m) - m[y], y = class code, one output per class
 
+#: The row kernels (l2 ball, group lasso) take a row's (or group's) sum of squares when it lies in
+#: this range; outside it the sum may have overflowed to inf or lost its entries to underflow
+#: (squares of magnitudes below about 1e-154 are subnormal or 0), and the norm is computed again
+#: from the entries divided by the largest of them (zero rows take that path too).
+SQUARES_MIN, SQUARES_MAX = 2.0**-960, 2.0**960
+
 KIND_NAMES = {
     IDENTITY: "identity",
     SOFT: "soft",

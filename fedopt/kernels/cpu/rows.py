@@ -7,6 +7,7 @@ import math
 import numpy as np
 from numba import prange
 
+from fedopt.kernels import SQUARES_MAX, SQUARES_MIN
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel
 from fedopt.kernels.cpu.elementwise import BLOCK
 from fedopt.kernels.reference import row_norms
@@ -15,10 +16,6 @@ from fedopt.kernels.reference import row_norms
 #: projections (a row then stays in cache between its passes); longer rows are split into
 #: chunks of this many entries for parallel passes.
 ROW_CHUNK = 1 << 16
-#: A sum of squares outside this range may have overflowed to inf, or lost its entries to
-#: underflow (squares of magnitudes below about 1e-154 are subnormal or 0): the norm is then
-#: computed again from the entries divided by the largest of them (zero rows take that path too).
-SQUARES_MIN, SQUARES_MAX = 2.0**-960, 2.0**960
 
 
 # Group bounds are cast to unsigned so that indexing skips Numba's negative-index wrap-around,

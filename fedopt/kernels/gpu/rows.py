@@ -15,10 +15,10 @@ import warnings
 
 from numba import cuda, float64
 
+from fedopt.kernels import SQUARES_MAX, SQUARES_MIN
+
 #: The most threads per block that the launchers choose by themselves (``block=None``).
 MAX_AUTO_BLOCK = 256
-#: Sums of squares outside this range are recomputed scaled (as in :mod:`fedopt.kernels.cpu.rows`).
-SQUARES_MIN, SQUARES_MAX = 2.0**-960, 2.0**960
 
 
 @cuda.jit(device=True)
@@ -54,7 +54,7 @@ def _rescaled_norm(buf, squares, largest, scaled_squares):
     """The norm of a block's row (or group) whose sum of squares ``squares`` is outside
     ``SQUARES_MIN .. SQUARES_MAX``: ``largest`` (its largest magnitude) times the root of
     ``scaled_squares`` (each thread's squares of the entries divided by ``largest``) summed over the
-    block, or the plain root where ``largest`` is 0, inf or NaN (see :mod:`fedopt.kernels.cpu.rows`)."""
+    block, or the plain root where ``largest`` is 0, inf or NaN (see ``SQUARES_MIN`` in :mod:`fedopt.kernels`)."""
     if 0.0 < largest < math.inf:
         return largest * math.sqrt(_block_sum(buf, scaled_squares))
     return math.sqrt(squares)
