@@ -162,17 +162,16 @@ def _scale_rows_about(z, center, factor, out):
 
 
 @function
-def _rescaled_distance(zi, center):
+def _rescaled_distance(zi, center, squares):
     """``||zi - center||`` (``center`` may be empty: the origin) with the differences divided by the
-    largest magnitude first; the plain norm where that is 0, inf or NaN."""
+    largest magnitude first; ``sqrt(squares)``, the plain norm, where that is 0, inf or NaN."""
     has_center = center.shape[0] > 0
-    largest, total = 0.0, 0.0
+    largest = 0.0
     for j in range(zi.shape[0]):
         a = abs(zi[j] - center[j] if has_center else zi[j])
         largest = a if a > largest else largest
-        total += a * a
     if not (0.0 < largest < math.inf):
-        return math.sqrt(total)
+        return math.sqrt(squares)
     total = 0.0
     for j in range(zi.shape[0]):
         a = (zi[j] - center[j] if has_center else zi[j]) / largest
@@ -194,7 +193,7 @@ def _l2_ball_rows(z, center, radius, out):
         else:
             for j in range(p):
                 total += zi[j] * zi[j]
-        norm = math.sqrt(total) if SQUARES_MIN <= total <= SQUARES_MAX else _rescaled_distance(zi, center)
+        norm = math.sqrt(total) if SQUARES_MIN <= total <= SQUARES_MAX else _rescaled_distance(zi, center, total)
         factor = 1.0 if norm <= radius else radius / norm  # NaN for a NaN norm
         if has_center:
             for j in range(p):
