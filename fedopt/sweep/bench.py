@@ -95,7 +95,8 @@ def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, e
       calls: the floor that the batch's per-round overhead must amortize toward.
 
     ``eval_every`` defaults to ``rounds`` (the history at the start and the end only). Each time is
-    the best of ``repeats``, after a two-round warm-up that fills the kernel caches.
+    the best of ``repeats``, after a two-round warm-up that fills the kernel caches; the three are
+    timed in turn, once each per repeat, so that a slow spell of a shared machine slows all three.
     """
     import numpy as np
 
@@ -113,13 +114,10 @@ def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, e
     hyper = {"local_steps": Q, "batch_size": b, "gamma": 4.0, "eval_every": eval_every, "progress": False}
     fedopt.run_batch("fednmap", problem, reg, rounds=2, seeds=seeds[:2], lr_local=lrs[:2], **hyper)  # warm-up
 
-    def best(work):
-        times = []
-        for _ in range(repeats):
-            began = time.perf_counter()
-            work()
-            times.append(time.perf_counter() - began)
-        return min(times)
+    def seconds(work):
+        began = time.perf_counter()
+        work()
+        return time.perf_counter() - began
 
     def loop_of_runs():
         for seed, lr in zip(seeds, lrs, strict=True):
@@ -141,7 +139,8 @@ def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, e
             rows_view.fused_local_steps(*kernel_args)
         rows_view.backend.to_numpy(kernel_args[-1][:1])  # waits for a device's queue (the runs return to the host)
 
-    loop, batch, kernel = best(loop_of_runs), best(one_batch), best(kernel_alone)
+    times = [[seconds(work) for work in (loop_of_runs, one_batch, kernel_alone)] for _ in range(repeats)]
+    loop, batch, kernel = (min(column) for column in zip(*times, strict=True))
     result = {"runs": runs, "rounds": rounds, "eval_every": eval_every, "backend": problem.backend.name,
               "loop_seconds": loop, "batch_seconds": batch, "kernel_seconds": kernel,
               "batch_over_loop": loop / batch, "batch_over_kernel": batch / kernel}
