@@ -24,8 +24,9 @@ demo: $(VENV)/.core
 	$(BIN)/python -m fedopt demo
 
 # One worker per core (pytest-xdist): each compiles its own kernels, into the shared Numba cache.
+# Work stealing keeps both busy to the end: on a cold cache a few tests take a minute of compiling.
 test: $(VENV)/.test
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 # The rules and their reasons are in pyproject.toml ([tool.ruff.lint]); CI runs this before the tests.
 lint: $(VENV)/.test
