@@ -25,6 +25,7 @@ import numpy as np
 
 from fedopt import kernels as K
 from fedopt._backend import Backend, backend_for
+from fedopt.kernels.reference import row_scales
 
 _NO_ROWS = {}  # (backend name, dtype) -> an empty (0, 0) array, the "absent" marker of the kernels
 
@@ -382,8 +383,7 @@ class GroupLasso(Regularizer):
     def _values(self, x, tol):
         starts, order, weights = self._layout(x.shape[1])
         xs = x[:, order] if len(order) else x
-        largest = np.max(np.abs(xs), axis=1, keepdims=True)  # each row scaled by it: no overflow or underflow
-        scale = np.where(np.isfinite(largest) & (largest > 0), largest, 1.0)
+        scale = row_scales(xs)  # no overflow or underflow
         norms = scale * np.sqrt(np.add.reduceat((xs / scale) ** 2, starts[:-1], axis=1))
         return self.lam * norms @ weights
 
