@@ -76,6 +76,15 @@ def test_vi_config_errors_name_the_key(edit, key, message):
     assert info.value.key == key and message in str(info.value)
 
 
+def test_a_minimization_method_on_a_game_is_refused_before_any_run():
+    from fedopt.sweep.validate import validate
+
+    text = VI.replace("inner_steps = 3\n", "").replace('["local-extra-sgd", "lippax"]', '["fednmap"]')
+    with pytest.raises(ConfigError, match="games need a VI method") as info:
+        validate(vi(text).expand())
+    assert info.value.key == "algorithm.name" and "6 of 6 runs" in str(info.value)
+
+
 def test_metric_defaults_to_stationarity_and_lists_the_vi_columns():
     exp = vi(VI.replace('metric = "gap"\n', ""))
     assert exp.grids[0].metric == "stationarity"

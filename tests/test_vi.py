@@ -326,6 +326,11 @@ def test_wrong_problems_and_regularizers_are_refused():
     with pytest.raises(TypeError, match=r"fedopt\.problems\.vi"):
         fedopt.run("lippax", data, rounds=1)
     game = small("bilinear_game")
+    for method in ("fednmap", "depositum"):  # and the other way round
+        with pytest.raises(TypeError, match="games need a VI method"):
+            fedopt.run(method, game, rounds=1)
+    with pytest.raises(TypeError, match="games need a VI method"):
+        fedopt.run_batch("fedcanon", game, rounds=1, seeds=[0, 1])
     with pytest.raises(ValueError, match="local-dual-extrapolation"):
         run("local-extra-sgd", game, L1(0.1))
     with pytest.raises(ValueError, match="convex regularizer"):

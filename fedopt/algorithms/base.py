@@ -153,6 +153,16 @@ class Algorithm:
         """One round as :func:`fedopt.run` takes it: :meth:`round` (methods with cohorts refine it)."""
         return self.round(state)
 
+    def check_problem(self, problem) -> None:
+        """Refuse a problem of the other family: a game of :mod:`fedopt.problems.vi` for a method
+        that minimizes ``sum_i w_i f_i + phi``."""
+        from fedopt.problems.vi import VIProblem
+
+        if isinstance(problem, VIProblem):
+            raise TypeError(f"{self.name} minimizes sum_i w_i f_i(x) + phi(x): pass a problem of fedopt.problems "
+                            f"(LeastSquares, Logistic, Softmax, MLP), got the game {type(problem).__name__}; games "
+                            "need a VI method (local-extra-sgd, lippax, slippax, local-dual-extrapolation, ...)")
+
     def check(self, problem, regularizer) -> None:
         """Refuse hyperparameters that the regularizer cannot take (``step * rho >= 1``)."""
 

@@ -2,9 +2,10 @@
 
 :func:`validate` does, once per distinct value, what every run would do first: build the method
 (``fedopt.algorithms.make``), the regularizer, the data set and the problem, and check that they
-go together (``method.check``, the prox step of ``metric_gamma``, the network of a decentralized
-method, the divergence rule). A value that would make runs fail is reported with its key, how
-many runs have it and the reason, before any run starts and before the store is touched.
+go together (``method.check_problem`` and ``method.check``, the prox step of ``metric_gamma``, the
+network of a decentralized method, the divergence rule). A value that would make runs fail is
+reported with its key, how many runs have it and the reason, before any run starts and before the
+store is touched.
 
 :func:`estimate` counts the runs, those already stored and those left, and times a few short
 runs (after one that compiles) to extrapolate the wall time of the rest.
@@ -95,6 +96,7 @@ def validate(specs) -> None:
                     found.add_path("regularizer.block", block, err, n)
                     continue
             try:
+                method.check_problem(problem)
                 method.check(problem, reg)
                 if hasattr(method, "network"):  # decentralized: the graph must fit the clients
                     method.network(problem)

@@ -35,12 +35,14 @@ class VIMethod(Algorithm):
 
     lr_local: float = 0.1
 
-    def check(self, problem, regularizer):
+    def check_problem(self, problem):
         from fedopt.problems.vi import VIProblem
 
         if not isinstance(problem, VIProblem):
             raise TypeError(f"{self.name} solves variational inequalities: pass a problem of fedopt.problems.vi "
                             f"(BilinearGame, QuadraticGame, ...), got {type(problem).__name__}")
+
+    def check(self, problem, regularizer):
         if not self.composite and regularizer.name != "zero":
             raise ValueError(f"{self.name} solves V(z) = 0 without a regularizer, got {regularizer!r}; use "
                              "local-dual-extrapolation for a composite VI")
