@@ -349,7 +349,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
         gamma = float(gamma if gamma is not None else getattr(method, "gamma", 1.0))
         gammas.append(reg.check_step(gamma, "metric_gamma"))
     type(methods[0]).stack(methods, np, np.float64)  # refuse runs that cannot share a batch before any work
-    x0s = _per_run("x0", x0, count, vector=True)
+    x0s = [problem.start_point(x, seed)
+           for problem, x, seed in zip(problems, _per_run("x0", x0, count, vector=True), seeds, strict=True)]
     size = _batch_size(problems[0], methods[0], count, max_batch)
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     results = []
@@ -431,10 +432,8 @@ class _Batch:
         self.results: list[Result | None] = [None] * count
         self.active = list(range(count))  # the runs still in the batch, by position
         self.seconds = np.zeros(count)
-        starts = []
-        for problem, seed, reg, gamma, x0 in zip(problems, seeds, regularizers, gammas, x0s, strict=True):
-            w0 = problem.init(seed) if x0 is None else x0
-            starts.append(Start.prox_of(reg, backend.asarray(w0, dtype=self.dtype), gamma))
+        starts = [Start.prox_of(reg, backend.asarray(x0, dtype=self.dtype), gamma)
+                  for reg, gamma, x0 in zip(regularizers, gammas, x0s, strict=True)]
         stacked = [self.xp.stack([getattr(s, name) for s in starts])[:, None] for name in ("x", "subgradient")]
         start = Start(*stacked)
         env = Env(batch_problem(problems), BatchRegularizer(regularizers, backend),

@@ -386,9 +386,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     if resume is not None:
         state = _resumed(resume, problem, regularizer, rng)
     else:
-        if x0 is None:
-            x0 = problem.init(seed)
-        start = Start.prox_of(regularizer, problem.backend.asarray(x0, dtype=problem.dtype), gamma)
+        start = Start.prox_of(regularizer, problem.start_point(x0, seed), gamma)
         state = method.init(problem, regularizer, rng, start)
     history = History(history_columns(method, state))
     evaluated = _evaluation_view(method, problem, eval_clients, seed, history)

@@ -196,6 +196,10 @@ def test_invalid_hyperparameters_are_refused_before_any_work():
         fedopt.run("fedavg", problem, L1(0.1), rounds=-1)
     with pytest.raises(ValueError, match="Zhang's prox step"):
         fedopt.run("zhang", problem, MCP(0.1, gamma=2.0), lr_local=0.5, local_steps=10)
+    with pytest.raises(ValueError, match=rf"x0 must have shape \({problem.n_params},\)"):
+        fedopt.run("fednmap", problem, L1(0.1), x0=np.zeros(problem.n_params + 1))
+    with pytest.raises(ValueError, match="x0 has NaN or inf"):  # bad input, not a divergence
+        fedopt.run("fednmap", problem, L1(0.1), x0=np.full(problem.n_params, np.nan))
 
 
 def test_divergence_stops_with_the_round_and_keeps_the_history():

@@ -247,3 +247,6 @@ def test_bad_batch_arguments(data):
         fedopt.run_batch("fednmap", problem, seeds=[0, 1], local_steps=[2, 3])
     with pytest.raises(ValueError, match="gamma"):
         fedopt.run_batch("fednmap", problem, MCP(0.1, 2.0), seeds=[0, 1], gamma=[1.0, 3.0])
+    finite = np.zeros(problem.n_params)
+    with pytest.raises(ValueError, match="x0 has NaN or inf"):
+        fedopt.run_batch("fednmap", problem, seeds=[0, 1], x0=[finite, np.full_like(finite, np.inf)])

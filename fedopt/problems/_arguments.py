@@ -21,6 +21,19 @@ class PointArguments:
             raise ValueError(f"x must have shape ({self.n_params},), got {tuple(x.shape)}")
         return x
 
+    def start_point(self, x0, seed=None):
+        """``x0`` as a vector of this backend and dtype, checked (shape ``(n_params,)``, finite
+        entries), or ``init(seed)`` when it is None: where a run starts."""
+        if x0 is None:
+            return self.backend.asarray(self.init(seed), dtype=self.dtype)
+        x = self.backend.asarray(x0, dtype=self.dtype)
+        if x.shape != (self.n_params,):
+            raise ValueError(f"x0 must have shape ({self.n_params},), one entry per model parameter, got "
+                             f"{tuple(x.shape)}")
+        if not bool(self.backend.xp.isfinite(x).all()):
+            raise ValueError("x0 has NaN or inf entries: pass a finite start, or None for the problem's init(seed)")
+        return x
+
     def per_client(self, v):
         """An ``(n_clients, p)`` array with a copy of the vector ``v`` in every row."""
         out = self.backend.xp.empty((self.n_clients, self.n_params), dtype=v.dtype)
