@@ -166,6 +166,9 @@ def test_sparse_and_uint8_storage():
     (lambda X, y: FederatedDataset(X, y, [0, 60], X_test=X[:, :2], y_test=y, classes=np.arange(10)), "X_test has 2"),
     (lambda X, y: FederatedDataset(X, y, [0, 60], scale=0), "scale must be"),
     (lambda X, y: from_client_ids(X, y, [0, 1]), "one client id per sample"),
+    (lambda X, y: from_client_ids(X, y, np.r_[np.arange(59) % 3, np.nan]), r"no id for sample 59 \(nan\)"),
+    (lambda X, y: from_client_ids(X, y, [None] + [1] * 59), r"no id for sample 0 \(None\)"),
+    (lambda X, y: from_client_ids(X, y, np.array([1, "a"] * 30, object)), "one sortable kind"),
 ])
 def test_bad_input_names_the_argument(bad, match):
     X, y = labelled(n=60)

@@ -134,12 +134,9 @@ def from_client_ids(X, y, clients, *, test=None, dtype=None, scale: float = 1.0,
     """
     X = _storage(check_features(X), dtype)
     codes, classes = encode_targets(y, task)
-    clients = np.asarray(clients)
-    if clients.shape != (X.shape[0],):
-        raise ValueError(f"clients must give one client id per sample: shape ({X.shape[0]},), got {clients.shape}")
+    ids, owner = _client_owners(clients, X.shape[0])
     if sample_weight is not None:
         sample_weight = check_sample_weight(sample_weight, X.shape[0])
-    ids, owner = np.unique(clients, return_inverse=True)
     rows = np.argsort(owner, kind="stable")
     offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(ids)))])
     X_test = y_test = None
@@ -152,6 +149,28 @@ def from_client_ids(X, y, clients, *, test=None, dtype=None, scale: float = 1.0,
 
 
 # ---------------------------------------------------------------------------------------- helpers
+def _client_owners(clients, n_samples: int):
+    """``(ids, owner)``: the sorted distinct client ids, and each sample's index among them.
+
+    A missing id (None, NaN, inf) is refused rather than made a client of its own."""
+    clients = np.asarray(clients)
+    if clients.shape != (n_samples,):
+        raise ValueError(f"clients must give one client id per sample: shape ({n_samples},), got {clients.shape}")
+    if clients.dtype.kind == "f":
+        missing = ~np.isfinite(clients)
+    elif clients.dtype.kind == "O":
+        missing = np.array([c is None or (isinstance(c, float) and not np.isfinite(c)) for c in clients], bool)
+    else:
+        missing = np.zeros(0, bool)
+    if missing.any():
+        raise ValueError(f"clients has no id for sample {int(np.argmax(missing))} ({clients[np.argmax(missing)]}): "
+                         "give every sample a client id")
+    try:
+        return np.unique(clients, return_inverse=True)
+    except TypeError as err:  # ids that do not sort together, e.g. ints mixed with strings
+        raise ValueError(f"clients must be ids of one sortable kind (integers or strings): {err}") from None
+
+
 def _storage(X, dtype):
     """``X`` stored as ``dtype``; None keeps uint8 pixels and stores everything else as float64."""
     if dtype is None:
