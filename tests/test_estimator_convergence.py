@@ -14,7 +14,7 @@ from sklearn.preprocessing import StandardScaler
 import fedopt
 from fedopt.datasets.partition import _dirichlet
 from fedopt.estimators import FederatedLasso, FederatedLogisticRegression, FederatedMLPClassifier
-from fedopt.estimators._gap import least_squares_gap, least_squares_scale, logistic_gap
+from fedopt.estimators._gap import _balanced_probabilities, least_squares_gap, least_squares_scale, logistic_gap
 
 # ---- data and objectives -------------------------------------------------------------------------
 
@@ -112,6 +112,18 @@ def test_logistic_gap_is_zero_at_the_optimum_and_bounds_the_suboptimality(loader
         intercept = exact.intercept_ + (size * rng.normal(size=exact.intercept_.shape) if fit_intercept else 0)
         gap = logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, uniform)
         assert 0 <= logistic_objective(X, codes, coef, intercept, l1, l2) - best <= gap
+
+
+@pytest.mark.parametrize("seed", [0, 16])  # logits on which a rounding-blind line search stalled near 2e-10
+def test_rebalanced_intercepts_meet_the_class_totals(seed):
+    """The logistic gap's dual point needs probabilities whose weighted class totals are the
+    labels' (its intercept shift): met to the 1e-12 the Newton iteration aims at."""
+    rng = np.random.default_rng(seed)
+    n, k = 1797, 10
+    logits, labels = 3 * rng.standard_normal((n, k)), rng.integers(0, k, n)
+    shares, onehot = np.full(n, 1 / n), np.eye(k)[labels]
+    probabilities = _balanced_probabilities(logits, shares, shares @ onehot)
+    assert np.abs(shares @ probabilities - shares @ onehot).max() <= 1e-12
 
 
 # ---- the logistic defaults reach scikit-learn's objective -----------------------------------------

@@ -85,12 +85,18 @@ def _balanced_probabilities(Z, shares, totals, iterations=50):
     """``softmax(Z + delta)`` with the intercept shift ``delta`` whose weighted class totals are ``totals``.
 
     ``delta`` minimises the convex ``sum_j s_j logsumexp(Z_j + delta) - totals . delta``: Newton's
-    method with backtracking (its Hessian is singular along ``1``, hence least squares).
+    method with backtracking (its Hessian is singular along ``1``, hence least squares). The
+    backtracking test allows for the rounding of ``phi``: once the decrease a step promises is
+    below it (gradients near 1e-10 on the digits), a strict test rejected even the full step,
+    which would have met the 1e-12 tolerance, and halved it down to the 50-iteration cap.
     """
     delta = np.zeros(Z.shape[1])
 
     def phi(d):
         return float(shares @ logsumexp(Z + d, axis=1) - totals @ d)
+
+    def rounding(value):
+        return 64 * np.finfo(float).eps * (abs(value) + 1.0)
 
     for _ in range(iterations):
         P = softmax(Z + delta, axis=1)
@@ -101,7 +107,7 @@ def _balanced_probabilities(Z, shares, totals, iterations=50):
         hess = np.diag(SP.sum(axis=0)) - P.T @ SP
         step = np.linalg.lstsq(hess, grad, rcond=None)[0]
         value, t = phi(delta), 1.0
-        while t > 1e-10 and phi(delta - t * step) > value - 0.25 * t * float(grad @ step):
+        while t > 1e-10 and phi(delta - t * step) > value - 0.25 * t * float(grad @ step) + rounding(value):
             t /= 2
         delta = delta - t * step
     return softmax(Z + delta, axis=1)
