@@ -51,6 +51,28 @@ def _positive(name: str, value) -> float:
     return value
 
 
+def _group_labels(groups) -> np.ndarray:
+    """Each coordinate's group label, from labels or from a list of index lists (see :class:`GroupLasso`)."""
+    index_lists = not isinstance(groups, np.ndarray) and len(groups) > 0 and all(np.ndim(g) == 1 for g in groups)
+    members = [np.asarray(g) for g in groups] if index_lists else [np.asarray(groups)]
+    if any(m.ndim != 1 or m.size == 0 or not np.issubdtype(m.dtype, np.integer) for m in members):
+        raise ValueError("groups must be an int block size, a non-empty 1-D array of integer group labels, or a "
+                         "list of non-empty index lists")
+    if not index_lists:
+        return members[0].astype(np.int64)
+    coordinates = np.concatenate(members)
+    if coordinates.min() < 0:
+        raise ValueError(f"groups lists the coordinate {int(coordinates.min())}; coordinates are 0 .. p-1")
+    counts = np.bincount(coordinates)
+    for stray, problem in ((counts == 0, "in no group"), (counts > 1, "in more than one group")):
+        if stray.any():
+            raise ValueError(f"coordinate {int(np.argmax(stray))} is {problem}: the index lists of groups must cover "
+                             f"0 .. {len(counts) - 1} once each (the group lasso's groups are disjoint)")
+    labels = np.empty(len(counts), np.int64)
+    labels[coordinates] = np.repeat(np.arange(len(members)), [len(m) for m in members])
+    return labels
+
+
 def _vector_or_scalar(name: str, value) -> float | np.ndarray:
     """A float, or a read-only 1-D float64 array; NaN is refused."""
     array = np.array(value, dtype=np.float64)
@@ -318,8 +340,10 @@ class ElasticNet(Regularizer):
 class GroupLasso(Regularizer):
     """``phi(x) = lam * sum_g w_g ||x_g||_2`` over disjoint groups of coordinates.
 
-    ``groups`` is either a 1-D array giving each coordinate's group label (any integers), or an
-    int ``s``: consecutive blocks of ``s`` coordinates (p must be a multiple of ``s``).
+    ``groups`` is either a 1-D array giving each coordinate's group label (any integers), a list
+    of index lists (group ``g`` holds the coordinates ``groups[g]``; together they must cover
+    ``0 .. p-1`` once, and are stored as labels ``g``), or an int ``s``: consecutive blocks of
+    ``s`` coordinates (p must be a multiple of ``s``).
     ``weights`` gives one ``w_g`` per group in sorted label order; the default
     ``w_g = sqrt(|g|)`` (Yuan and Lin, 2006). prox: block soft-thresholding
     ``x_g = max(0, 1 - step * lam * w_g / ||z_g||) * z_g``.
@@ -332,16 +356,13 @@ class GroupLasso(Regularizer):
 
     def __post_init__(self):
         object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
-        if np.ndim(self.groups) == 0:
+        if np.isscalar(self.groups) or getattr(self.groups, "ndim", None) == 0:
             size = int(self.groups)
             if size != self.groups or size < 1:
                 raise ValueError(f"groups as a block size must be an integer >= 1, got {self.groups!r}")
             object.__setattr__(self, "groups", size)
         else:
-            labels = np.asarray(self.groups)
-            if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
-                raise ValueError("groups must be an int block size or a non-empty 1-D array of integer group labels")
-            labels = labels.astype(np.int64)
+            labels = _group_labels(self.groups)
             labels.setflags(write=False)
             object.__setattr__(self, "groups", labels)
         if self.weights is not None:
@@ -357,7 +378,7 @@ class GroupLasso(Regularizer):
     def _check_dimension(self, p):
         if isinstance(self.groups, np.ndarray):
             if len(self.groups) != p:
-                raise ValueError(f"groups has {len(self.groups)} labels but the vectors have p={p} coordinates")
+                raise ValueError(f"groups puts {len(self.groups)} coordinates in groups but the vectors have p={p}")
         elif p % self.groups:
             raise ValueError(f"groups={self.groups} (block size) does not divide p={p}")
         if self.weights is not None and len(self.weights) != len(self._layout(p)[0]) - 1:

@@ -68,14 +68,34 @@ def test_l1_weights_of_wrong_length():
 
 @pytest.mark.parametrize(
     "groups",
-    [[0.5, 1.5], [0.0, 1.0], [], [[0, 1], [1, 0]], ["a", "b"]],
-    ids=["fractional", "float_dtype", "empty", "2d", "strings"],
+    [[0.5, 1.5], [0.0, 1.0], [], np.array([[0, 1], [2, 3]]), ["a", "b"], [[0, 1], []], [[0.5], [1]]],
+    ids=["fractional", "float_dtype", "empty", "2d_array", "strings", "empty_index_list", "fractional_index"],
 )
 def test_group_labels_must_be_integer_vectors(groups):
-    """Group labels must be a non-empty 1-D array of integers."""
-    with pytest.raises(ValueError,
-                       match=r"groups must be an int block size or a non-empty 1-D array of integer group labels"):
+    """Group labels must be a non-empty 1-D array of integers, or index lists a non-empty list of them."""
+    with pytest.raises(ValueError, match=r"groups must be an int block size, a non-empty 1-D array of integer group "
+                                         r"labels, or a list of non-empty index lists"):
         R.GroupLasso(1.0, groups=groups)
+
+
+@pytest.mark.parametrize("groups, match", [
+    ([[0, 1], [1, 2]], "coordinate 1 is in more than one group"),
+    ([[0, 3], [1]], "coordinate 2 is in no group"),
+    ([[0, -1]], "coordinate -1"),
+])
+def test_group_index_lists_must_partition_the_coordinates(groups, match):
+    with pytest.raises(ValueError, match=match):
+        R.GroupLasso(1.0, groups=groups)
+
+
+def test_group_index_lists_are_the_labels_of_their_positions():
+    """celer's form of the groups: ``groups[g]`` lists group g's coordinates; weights follow that order."""
+    z = np.random.default_rng(0).standard_normal((3, 6))
+    listed = R.GroupLasso(0.4, groups=[[5, 0], [2, 3, 4, 1]], weights=[1.0, 2.0])
+    np.testing.assert_array_equal(listed.groups, [0, 1, 1, 1, 1, 0])
+    labelled = R.GroupLasso(0.4, groups=[0, 1, 1, 1, 1, 0], weights=[1.0, 2.0])
+    np.testing.assert_array_equal(listed.prox(z, 0.7), labelled.prox(z, 0.7))
+    assert listed.value(z[0]) == labelled.value(z[0])
 
 
 @pytest.mark.parametrize("size", [0, -2, 2.5], ids=["zero", "negative", "fractional"])
@@ -87,7 +107,7 @@ def test_group_block_size_must_be_positive_integer(size):
 
 def test_group_dimension_mismatches():
     """Labels of the wrong length and a block size not dividing p are refused at prox time."""
-    with pytest.raises(ValueError, match=r"groups has 3 labels but the vectors have p=4"):
+    with pytest.raises(ValueError, match=r"groups puts 3 coordinates in groups but the vectors have p=4"):
         R.GroupLasso(1.0, groups=[0, 0, 1]).prox(np.ones(4), 0.5)
     with pytest.raises(ValueError, match=r"groups=3 \(block size\) does not divide p=4"):
         R.GroupLasso(1.0, groups=3).prox(np.ones((2, 4)), 0.5)
