@@ -325,7 +325,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     Methods whose rounds are not batched yet (Scaffnew with random step counts) raise ValueError
     naming the method.
     """
-    from fedopt.regularizers import Zero
+    from fedopt.regularizers import as_regularizer
 
     seeds = list(seeds)
     count = len(seeds)
@@ -339,12 +339,14 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
         raise ValueError(f"{methods[0].name} cannot run batched: {refusal}; run it with fedopt.run "
                          "(a sweep does so with --batch off)")
     rounds, eval_every, rule = check_run_arguments(rounds, eval_every, tol, divergence)
-    problems = _same_shape(_per_run("problem", problem, count), backend)
-    regularizers = _per_run("regularizer", Zero() if regularizer is None else regularizer, count)
+    problems = _per_run("problem", problem, count)
+    for method, problem in zip(methods, problems, strict=True):
+        method.check_problem(problem)
+    problems = _same_shape(problems, backend)
+    regularizers = [as_regularizer(reg) for reg in _per_run("regularizer", regularizer, count)]
     gammas = []
     for method, problem, reg, gamma in zip(methods, problems, regularizers,
                                            _per_run("metric_gamma", metric_gamma, count), strict=True):
-        method.check_problem(problem)
         method.check(problem, reg)
         gamma = float(gamma if gamma is not None else getattr(method, "gamma", 1.0))
         gammas.append(reg.check_step(gamma, "metric_gamma"))

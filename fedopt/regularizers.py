@@ -655,6 +655,22 @@ REGULARIZERS: dict[str, type[Regularizer]] = {
 }
 
 
+def as_regularizer(value) -> Regularizer:
+    """``value`` when it is a regularizer, :class:`Zero` for None; anything else (a name, a class)
+    is refused with the call that builds one."""
+    if value is None:
+        return Zero()
+    if isinstance(value, Regularizer):
+        return value
+    if isinstance(value, str):
+        fix = f"fedopt.regularizers.make({value!r}, ...) builds one from its name"
+    elif isinstance(value, type) and issubclass(value, Regularizer):
+        fix = f"pass an instance, {value.__name__}(...)"
+    else:
+        fix = "e.g. fedopt.regularizers.L1(1e-3)"
+    raise TypeError(f"regularizer must be a fedopt regularizer object, got {value!r}: {fix}")
+
+
 def available() -> list[str]:
     """Names accepted by :func:`make`."""
     return sorted(REGULARIZERS)

@@ -295,7 +295,9 @@ def blas_beside_kernels(func):
         from fedopt._backend import get_backend
 
         first = problem[0] if isinstance(problem, (list, tuple)) else problem
-        with round_context(first.backend if backend is None else get_backend(backend)):
+        # no backend on what is not a problem: func refuses it, with the reason
+        chosen = getattr(first, "backend", None) if backend is None else get_backend(backend)
+        with round_context(chosen) if chosen is not None else contextlib.nullcontext():
             return func(algorithm, problem, *args, backend=backend, **kwargs)
 
     return wrapped
@@ -371,14 +373,14 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         When the model or its metrics become NaN or inf, or the ``divergence`` rule fires; its
         ``result`` holds the history so far and ``rule`` says which check stopped the run.
     """
-    from fedopt.regularizers import Zero
+    from fedopt.regularizers import as_regularizer
 
-    regularizer = Zero() if regularizer is None else regularizer
+    regularizer = as_regularizer(regularizer)
     method = algorithms.make(algorithm, **hyperparameters)
     rounds, eval_every, rule = check_run_arguments(rounds, eval_every, tol, divergence)
+    method.check_problem(problem)
     if backend is not None:
         problem = problem.on(backend)
-    method.check_problem(problem)
     method.check(problem, regularizer)
     gamma = float(metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0))
     regularizer.check_step(gamma, "metric_gamma")

@@ -202,6 +202,20 @@ def test_invalid_hyperparameters_are_refused_before_any_work():
         fedopt.run("fednmap", problem, L1(0.1), x0=np.full(problem.n_params, np.nan))
 
 
+
+@pytest.mark.parametrize("run", [fedopt.run, lambda *args, **kw: fedopt.run_batch(*args, seeds=[0, 1], **kw)],
+                         ids=["run", "run_batch"])
+def test_what_is_not_a_problem_or_a_regularizer_is_refused_with_the_fix(run):
+    problem = regression()
+    data = partition(np.ones((20, 3)), np.arange(20.0), 4, "iid")
+    with pytest.raises(TypeError, match=r"got a FederatedDataset; build one on the data"):
+        run("fednmap", data, L1(0.1), backend="numba")
+    with pytest.raises(TypeError, match=r"got 'l1': fedopt.regularizers.make\('l1', ...\)"):
+        run("fednmap", problem, "l1")
+    with pytest.raises(TypeError, match=r"pass an instance, L1\(...\)"):
+        run("fednmap", problem, L1)
+
+
 def test_divergence_stops_with_the_round_and_keeps_the_history():
     problem = regression()
     with pytest.raises(DivergenceError, match=r"(after|at) round \d+") as error:

@@ -154,14 +154,18 @@ class Algorithm:
         return self.round(state)
 
     def check_problem(self, problem) -> None:
-        """Refuse a problem of the other family: a game of :mod:`fedopt.problems.vi` for a method
-        that minimizes ``sum_i w_i f_i + phi``."""
+        """Refuse what is not a problem of :mod:`fedopt.problems`: a game of :mod:`fedopt.problems.vi`
+        (it needs a VI method), a data set (it needs a model and a loss), anything else."""
+        from fedopt.problems import Problem
         from fedopt.problems.vi import VIProblem
 
-        if isinstance(problem, VIProblem):
-            raise TypeError(f"{self.name} minimizes sum_i w_i f_i(x) + phi(x): pass a problem of fedopt.problems "
-                            f"(LeastSquares, Logistic, Softmax, MLP), got the game {type(problem).__name__}; games "
-                            "need a VI method (local-extra-sgd, lippax, slippax, local-dual-extrapolation, ...)")
+        if isinstance(problem, Problem):
+            return
+        kind = "the game" if isinstance(problem, VIProblem) else "a"
+        fix = ("games need a VI method (local-extra-sgd, lippax, slippax, local-dual-extrapolation, ...)"
+               if isinstance(problem, VIProblem) else "build one on the data, e.g. fedopt.problems.Softmax(dataset)")
+        raise TypeError(f"{self.name} minimizes sum_i w_i f_i(x) + phi(x): pass a problem of fedopt.problems "
+                        f"(LeastSquares, Logistic, Softmax, MLP), got {kind} {type(problem).__name__}; {fix}")
 
     def check(self, problem, regularizer) -> None:
         """Refuse hyperparameters that the regularizer cannot take (``step * rho >= 1``)."""
