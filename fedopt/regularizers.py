@@ -697,10 +697,11 @@ class Masked(Regularizer):
     (``mask = [True] * (n_out * d) + [False] * n_out``) whatever the base regularizer (elastic
     net, MCP, SCAD, ...). ``mask`` is a boolean vector of length ``p``. prox: ``x[mask] =
     prox_{step * base}(z[mask])`` and ``x[~mask] = z[~mask]`` (phi is separable across the two
-    blocks). ``weak_convexity``, and so :meth:`check_step`, are those of ``base``. A separable
-    ``base`` whose prox is a plain soft-threshold (``L1``, ``ElasticNet`` with ``l2 = 0``) or the
-    identity keeps the fused elementwise kernels (as a weighted soft-threshold with weight 0 off
-    the mask); any other base runs its own prox on the masked columns.
+    blocks). ``weak_convexity``, and so :meth:`check_step`, are those of ``base``. A base whose
+    prox is a soft-threshold (``L1``, weighted or not) or the identity keeps the fused elementwise
+    kernels: a weighted soft-threshold with weight 0 off the mask, and with an ``ElasticNet``'s
+    shrinking factor on the mask only (``SOFT_MASKED``); any other base runs its own prox on the
+    masked columns.
     """
 
     base: Any = None
@@ -736,20 +737,24 @@ class Masked(Regularizer):
         kind, theta, _w = form
         if kind == K.IDENTITY:
             return form
-        if kind == K.SOFT and theta[1] == 1.0:  # theta[0] holds the whole threshold
+        if kind == K.SOFT:  # theta[0] holds the whole threshold
             base_weights = 1.0
-        elif kind == K.SOFT_WEIGHTED and theta[1] == 1.0:
+        elif kind == K.SOFT_WEIGHTED:
             base_weights = self.base.weights
-        else:  # a scaled or non-soft elementwise prox: run the base prox on the masked columns
+        else:  # MCP, SCAD, a clip: run the base prox on the masked columns
             return None
-        return K.SOFT_WEIGHTED, theta, self._on_backend(backend, dtype, "mask_weights",
-                                                         lambda: self._scatter(base_weights))
+        if theta[1] == 1.0:
+            return K.SOFT_WEIGHTED, theta, self._on_backend(backend, dtype, "mask_weights",
+                                                             lambda: self._weight_rows(base_weights)[:1])
+        return K.SOFT_MASKED, theta, self._on_backend(backend, dtype, "mask_weights_and_mask",
+                                                       lambda: self._weight_rows(base_weights))
 
-    def _scatter(self, values):
-        """``values`` on the masked coordinates and 0 elsewhere, as a ``(1, p)`` weight row."""
-        full = np.zeros(len(self.mask))
-        full[self.mask] = values
-        return full[None, :]
+    def _weight_rows(self, values):
+        """``(2, p)``: ``values`` on the masked coordinates and 0 elsewhere, then the mask as 0/1."""
+        rows = np.zeros((2, len(self.mask)))
+        rows[0, self.mask] = values
+        rows[1] = self.mask
+        return rows
 
     def _prox_rows(self, backend, z, step, out):
         index = self._on_backend(backend, np.int64, "index", lambda: np.flatnonzero(self.mask))

@@ -14,7 +14,18 @@ import sys
 import numpy as np
 import pytest
 
-from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, KIND_NAMES, MCP, SCAD, SOFT, SOFT_WEIGHTED, reference
+from fedopt.kernels import (
+    CLIP,
+    CLIP_VECTOR,
+    IDENTITY,
+    KIND_NAMES,
+    MCP,
+    SCAD,
+    SOFT,
+    SOFT_MASKED,
+    SOFT_WEIGHTED,
+    reference,
+)
 
 cuda = pytest.importorskip("numba.cuda", reason="numba-cuda is not installed (pip install 'fedopt[test]')")
 
@@ -163,6 +174,7 @@ THETA = {
     CLIP_VECTOR: [],
     MCP: [0.3, 0.6, 2.0],
     SCAD: [0.3, 0.6, 1.11, 1.11 / 2.7, 2.7 / 1.7],
+    SOFT_MASKED: [0.3, 0.9],
 }
 SHAPES = [(1, 7), (4, 8), (3, 1001), (2, 4096)]
 
@@ -176,6 +188,8 @@ def prox_case(rng, kind, n, p, dtype):
         w = rng.uniform(0.5, 2.0, size=(1, p))
     elif kind == CLIP_VECTOR:
         w = np.stack([-rng.uniform(0, 1, p), rng.uniform(0, 1, p)])
+    elif kind == SOFT_MASKED:
+        w = np.stack([rng.uniform(0.5, 2.0, p), rng.integers(0, 2, p)])
     else:
         w = np.zeros((0, 0))
     return z, theta, w.astype(dtype)

@@ -26,6 +26,7 @@ from fedopt.kernels import (
     MCP,
     SCAD,
     SOFT,
+    SOFT_MASKED,
     SOFT_WEIGHTED,
     SOFTMAX,
     reference,
@@ -57,6 +58,7 @@ THETA = {
     CLIP_VECTOR: [],
     MCP: [0.15, 0.4, 2.0],
     SCAD: [0.15, 0.3, 0.6, 0.6 / 2.7, 2.7 / 1.7],
+    SOFT_MASKED: [0.2, 0.9],
 }
 LOSSES = {LEAST_SQUARES: "least_squares", LOGISTIC: "logistic"}
 
@@ -111,6 +113,8 @@ def make_case(rng, kind, dtype, d, batch, fit_intercept, shifted, prox_kind, fea
         w = rng.uniform(0.0, 2.0, (1, p))
     elif prox_kind == CLIP_VECTOR:
         w = np.stack([-rng.uniform(0.1, 0.4, p), rng.uniform(0.1, 0.4, p)])
+    elif prox_kind == SOFT_MASKED:  # the last coordinate (an intercept, where there is one) unshrunk
+        w = np.stack([rng.uniform(0.0, 2.0, p), np.arange(p) < p - 1])
     else:
         w = np.empty((0, 0))
     scale = 1 / 255 if X.dtype == np.uint8 else 0.7

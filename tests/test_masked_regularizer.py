@@ -72,7 +72,7 @@ def test_weak_convexity_and_step_checks_are_the_base_ones():
     assert R.Masked(R.L1(1.0), MASK).weak_convexity == 0.0
 
 
-def test_soft_thresholds_keep_the_fused_kernels_and_other_bases_run_row_wise():
+def test_soft_thresholds_and_elastic_nets_keep_the_fused_kernels_and_other_bases_run_row_wise():
     backend = fedopt.get_backend("numba")
     weighted = np.zeros(6)
     weighted[MASK] = [1.0, 0.5, 2.0, 0.0]
@@ -81,7 +81,10 @@ def test_soft_thresholds_keep_the_fused_kernels_and_other_bases_run_row_wise():
         kind, theta, w = R.Masked(base, MASK)._elementwise(0.5, backend, np.float64)
         assert kind == fedopt.kernels.SOFT_WEIGHTED and theta[0] == pytest.approx(threshold)
         np.testing.assert_array_equal(w, weights[None, :])
-    for base in (R.ElasticNet(0.2, 0.7), R.MCP(0.4), R.SCAD(0.4), R.GroupLasso(0.3, groups=2)):
+    kind, theta, w = R.Masked(R.ElasticNet(0.2, 0.7), MASK)._elementwise(0.5, backend, np.float64)
+    assert kind == fedopt.kernels.SOFT_MASKED and theta == pytest.approx([0.1, 1 / 1.35])  # the shrink on MASK only
+    np.testing.assert_array_equal(w, [MASK * 1.0, MASK * 1.0])
+    for base in (R.MCP(0.4), R.SCAD(0.4), R.GroupLasso(0.3, groups=2)):
         assert R.Masked(base, MASK)._elementwise(0.5, backend, np.float64) is None
 
 

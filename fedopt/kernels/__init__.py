@@ -144,6 +144,9 @@ CLIP = 3  # theta = (lo, hi): x = clip(v, lo, hi)
 CLIP_VECTOR = 4  # w[0] = lower bounds, w[1] = upper bounds
 MCP = 5  # theta = (tau, knee, inv): 0 | sign(v)(|v| - tau) * inv | v, split at tau and knee
 SCAD = 6  # theta = (tau, knee1, knee2, shift, inv): soft | sign(v)(|v| - shift) * inv | v
+# theta = (tau, scale), w[0] = weights, w[1] = a 0/1 mask: SOFT_WEIGHTED where w[1, j] is 1, the
+# threshold alone where it is 0 (scale 1): an elastic net on some coordinates only (Masked)
+SOFT_MASKED = 7
 
 # Losses of the model oracles (``linear_oracle``'s ``kind``; the MLP's takes LEAST_SQUARES and SOFTMAX).
 LEAST_SQUARES = 0  # (m - y)^2 / 2, one output
@@ -164,4 +167,5 @@ KIND_NAMES = {
     CLIP_VECTOR: "clip_vector",
     MCP: "mcp",
     SCAD: "scad",
+    SOFT_MASKED: "soft_masked",
 }

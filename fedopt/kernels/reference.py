@@ -17,6 +17,7 @@ from fedopt.kernels import (
     MCP,
     SCAD,
     SOFT,
+    SOFT_MASKED,
     SOFT_WEIGHTED,
     client_bounds,
 )
@@ -50,6 +51,10 @@ def _elementwise(v, kind, theta, w):
         tau, knee1, knee2, shift, inv = theta[0], theta[1], theta[2], theta[3], theta[4]
         middle = np.sign(v) * (a - shift) * inv
         return np.where(a <= knee1, _soft(v, tau), np.where(a <= knee2, middle, v))
+    if kind == SOFT_MASKED:
+        tau, scale = theta[0], theta[1]
+        x = _soft(v, tau * w[0])
+        return np.where(w[1] != 0, scale * x, x)
     raise ValueError(f"unknown prox kind {kind}")
 
 

@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numba import prange
 
-from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, MCP, SCAD, SOFT, SOFT_WEIGHTED
+from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, MCP, SCAD, SOFT, SOFT_MASKED, SOFT_WEIGHTED
 from fedopt.kernels.cpu._jit import function, inline, kernel
 
 #: Elements per task: 128 KiB of float64, so a normal-map tile is still in the L2 cache when the
@@ -101,6 +101,14 @@ def _prox_tiles_of(kind, theta, w, src, i0, i1, j0, j1, dst, in_place):
             x, y = _views(src, dst, i, j0, j1, in_place)
             for j in range(x.shape[0]):
                 y[j] = scale * _soft(x[j], tau * weights[j])
+    elif kind == SOFT_MASKED:
+        tau, scale = theta[0], theta[1]
+        weights, mask = w[0, j0:j1], w[1, j0:j1]
+        for i in range(i0, i1):
+            x, y = _views(src, dst, i, j0, j1, in_place)
+            for j in range(x.shape[0]):
+                v = _soft(x[j], tau * weights[j])
+                y[j] = scale * v if mask[j] != 0 else v
     elif kind == CLIP:
         lo, hi = theta[0], theta[1]
         for i in range(i0, i1):
@@ -213,7 +221,7 @@ def prox_elementwise_kernel(z, kind, theta, w, out, threads):
     """``out = prox(z)`` for a separable prox (e.g. SOFT: ``out = theta[1] * sign(z) * max(|z| - theta[0], 0)``),
     in tiles of :func:`tile_columns` elements for ``threads`` threads. Without per-column
     parameters the C-contiguous rows are one long row (no short-row tails)."""
-    if kind != SOFT_WEIGHTED and kind != CLIP_VECTOR:
+    if kind != SOFT_WEIGHTED and kind != SOFT_MASKED and kind != CLIP_VECTOR:
         z, out = z.reshape(1, z.size), out.reshape(1, out.size)
     n, p = z.shape
     columns = tile_columns(n, p, threads)

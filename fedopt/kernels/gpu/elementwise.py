@@ -61,6 +61,11 @@ __device__ __forceinline__ T fedopt_prox1(int kind, T v, ptrdiff_t i, ptrdiff_t 
     case 6:  /* SCAD: theta = (tau, knee1, knee2, shift, inv) */
         return a <= T(t1) ? fedopt_soft(v, T(t0))
                           : (a <= T(t2) ? fedopt_sign(v) * (a - T(t3)) * T(t4) : v);
+    case 7: {  /* SOFT_MASKED: the scale where the second row of w is not 0 */
+        const ptrdiff_t j = fedopt_col(i, p);
+        const T x = fedopt_soft(v, T(t0) * w[j]);
+        return w[p + j] != T(0) ? T(t1) * x : x;
+    }
     default:  /* IDENTITY; unknown codes are refused on the host */
         return v;
     }

@@ -51,6 +51,7 @@ from fedopt.kernels import (
     MCP,
     SCAD,
     SOFT,
+    SOFT_MASKED,
     SOFT_WEIGHTED,
     client_bounds,
 )
@@ -110,6 +111,9 @@ def _prox(kind, v, t0, t1, t2, t3, t4, w, j):
         return 0.0 if a <= t0 else (_sign(v) * (a - t0) * t2 if a <= t1 else v)
     if kind == SCAD:  # theta = (tau, knee1, knee2, shift, inv)
         return _soft(v, t0) if a <= t1 else (_sign(v) * (a - t3) * t4 if a <= t2 else v)
+    if kind == SOFT_MASKED:
+        x = _soft(v, t0 * w[0, j])
+        return t1 * x if w[1, j] != 0 else x
     return v  # IDENTITY
 
 

@@ -1,0 +1,81 @@
+"""Estimator fits whose penalty has an l2 part: their rounds on the fused local steps, as l1's.
+
+The estimators leave the intercepts unpenalized, so they regularize with ``Masked(base, mask)``.
+With an l2 part (``FederatedElasticNet``, ``FederatedLogisticRegression`` with penalty ``"l2"`` or
+``"elasticnet"``) the prox shrinks the masked coordinates only (kernel ``SOFT_MASKED``), and the
+local steps run in the fused kernels like the l1 penalty's. Measured in one process, in turns:
+each fit's time per round (its time over ``n_iter_``, the duality-gap checks every ``eval_every``
+rounds included), and ``x l1``, its ratio to the same estimator with the l1 penalty fitted in the
+untimed setup. Before ``SOFT_MASKED``, those fits stepped array-wise: 1.39-1.42x l1's time a
+round on the digits and 3.84x on the diabetes data (BENCHMARKS.md).
+
+Nothing is asserted on timings. Run from the repository root::
+
+    .venv/bin/python -m pytest bench/bench_estimators.py --benchmark-enable --benchmark-only -q -s
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_diabetes, load_digits
+from sklearn.exceptions import ConvergenceWarning
+
+from fedopt._backend import cpu_model, host_cpu_name
+from fedopt.estimators import FederatedElasticNet, FederatedLasso, FederatedLogisticRegression
+
+ROUNDS = 300
+
+
+def _digits():
+    X, y = load_digits(return_X_y=True)
+    return X / 16, y, y % 7  # 7 clients of mixed labels
+
+
+def _diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    return X, y, (y > y.mean()).astype(int) + 2 * (X[:, 0] > 0)  # 4 clients
+
+
+CASES = {  # name: (data, the estimator with an l2 part, the same with l1 only)
+    "digits-logistic-l2": (_digits, lambda **kw: FederatedLogisticRegression(alpha=1 / 1797, penalty="l2", **kw),
+                           lambda **kw: FederatedLogisticRegression(alpha=1 / 1797, penalty="l1", **kw)),
+    "digits-logistic-elasticnet": (
+        _digits, lambda **kw: FederatedLogisticRegression(alpha=1 / 1797, penalty="elasticnet", **kw),
+        lambda **kw: FederatedLogisticRegression(alpha=1 / 1797, penalty="l1", **kw)),
+    "diabetes-elasticnet": (_diabetes, lambda **kw: FederatedElasticNet(alpha=0.01, l1_ratio=0.5, **kw),
+                            lambda **kw: FederatedLasso(alpha=0.01, **kw)),
+}
+
+
+def _per_round(make, X, y, clients) -> float:
+    """Seconds per round of one fit of ``ROUNDS`` rounds at most (it stops earlier at a zero gap)."""
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fitted = make(max_rounds=ROUNDS, tol=0.0).fit(X, y, clients=clients)
+    return (time.perf_counter() - start) / fitted.n_iter_
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fit_per_round_against_l1(benchmark, name):
+    load, with_l2, l1_only = CASES[name]
+    X, y, clients = load()
+    for make in (with_l2, l1_only):  # compile
+        _per_round(make, X, y, clients)
+    l1_s, l2_s = [], []
+
+    def l1_fit():  # the untimed setup: the l1 fit, timed here
+        l1_s.append(_per_round(l1_only, X, y, clients))
+
+    benchmark.pedantic(lambda: l2_s.append(_per_round(with_l2, X, y, clients)), setup=l1_fit, rounds=5,
+                       iterations=1)
+    ratio = min(l2_s) / min(l1_s)
+    benchmark.extra_info.update(per_round_s=min(l2_s), l1_per_round_s=min(l1_s), x_l1=ratio, cpu_model=cpu_model(),
+                                host_cpu=host_cpu_name())
+    print(f"\n{name}: {min(l2_s) * 1e3:.3f} ms a round, l1 {min(l1_s) * 1e3:.3f} ms: x l1 {ratio:.2f} "
+          f"({cpu_model()}, {host_cpu_name()})")
+    assert np.isfinite(ratio)
