@@ -35,7 +35,15 @@ from fedopt import algorithms
 from fedopt.algorithms.base import Algorithm, Env, Start, State
 from fedopt.kernels.cpu.sampling import minibatch_rows
 from fedopt.metrics import evaluate_runs
-from fedopt.run import History, Result, blas_beside_kernels, check_run_arguments, divergence_error, history_columns
+from fedopt.run import (
+    History,
+    Result,
+    blas_beside_kernels,
+    check_run_arguments,
+    divergence_error,
+    history_columns,
+    run_generator,
+)
 
 
 class BatchSplitWarning(UserWarning):
@@ -328,6 +336,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     from fedopt.regularizers import as_regularizer
 
     seeds = list(seeds)
+    for seed in seeds:
+        run_generator(seed)  # refuse a bad seed before any work
     count = len(seeds)
     if count == 0:
         raise ValueError("seeds must list at least one seed: one run per seed")
@@ -439,7 +449,7 @@ class _Batch:
         stacked = [self.xp.stack([getattr(s, name) for s in starts])[:, None] for name in ("x", "subgradient")]
         start = Start(*stacked)
         env = Env(batch_problem(problems), BatchRegularizer(regularizers, backend),
-                  [np.random.default_rng(seed) for seed in seeds])
+                  [run_generator(seed) for seed in seeds])
         self.gamma = self._per_run_value(gammas)
         self.state = self.method.init(env.problem, env.regularizer, env.rng, start)
         self.columns = history_columns(self.method, self.state)  # those of fedopt.run

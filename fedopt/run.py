@@ -384,7 +384,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     method.check(problem, regularizer)
     gamma = float(metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0))
     regularizer.check_step(gamma, "metric_gamma")
-    rng = np.random.default_rng(seed)
+    rng = run_generator(seed)
     if resume is not None:
         state = _resumed(resume, problem, regularizer, rng)
     else:
@@ -491,6 +491,14 @@ def _resumed(state: State, problem, regularizer, rng) -> State:
                          f"{array_module(state.x).__name__}; the problem has {problem.n_params} parameters and "
                          f"{problem.n_clients} clients on {problem.backend.name}")
     return replace(state, env=Env(problem, regularizer, rng))
+
+
+def run_generator(seed) -> np.random.Generator:
+    """The generator of a run's draws, from ``seed``; a seed NumPy refuses is a ValueError naming ``seed``."""
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"seed must be an integer >= 0, a sequence of them, or None; got {seed!r} ({err})") from None
 
 
 def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, Divergence | None]:

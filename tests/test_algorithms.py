@@ -200,6 +200,9 @@ def test_invalid_hyperparameters_are_refused_before_any_work():
         fedopt.run("fednmap", problem, L1(0.1), x0=np.zeros(problem.n_params + 1))
     with pytest.raises(ValueError, match="x0 has NaN or inf"):  # bad input, not a divergence
         fedopt.run("fednmap", problem, L1(0.1), x0=np.full(problem.n_params, np.nan))
+    for seed in ("a", -1, 1.5):
+        with pytest.raises(ValueError, match=r"seed must be an integer >= 0"):
+            fedopt.run("fednmap", problem, L1(0.1), seed=seed)
 
 
 

@@ -243,6 +243,8 @@ def test_bad_batch_arguments(data):
         fedopt.run_batch("fednmap", problem, seeds=[0, 1, 2], lr_local=[0.1, 0.2])
     with pytest.raises(ValueError, match="seeds must list at least one seed"):
         fedopt.run_batch("fednmap", problem, seeds=[])
+    with pytest.raises(ValueError, match=r"seed must be an integer >= 0.*got 'a'"):
+        fedopt.run_batch("fednmap", problem, seeds=[0, "a"])
     with pytest.raises(ValueError, match="only with one value of local_steps"):
         fedopt.run_batch("fednmap", problem, seeds=[0, 1], local_steps=[2, 3])
     with pytest.raises(ValueError, match="gamma"):
