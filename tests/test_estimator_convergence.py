@@ -13,7 +13,7 @@ from sklearn.preprocessing import StandardScaler
 
 import fedopt
 from fedopt.datasets.partition import _dirichlet
-from fedopt.estimators import FederatedLasso, FederatedLogisticRegression, FederatedMLPClassifier
+from fedopt.estimators import FederatedLasso, FederatedLogisticRegression, FederatedMLPClassifier, _gap
 from fedopt.estimators._gap import _balanced_probabilities, least_squares_gap, least_squares_scale, logistic_gap
 
 # ---- data and objectives -------------------------------------------------------------------------
@@ -112,6 +112,20 @@ def test_logistic_gap_is_zero_at_the_optimum_and_bounds_the_suboptimality(loader
         intercept = exact.intercept_ + (size * rng.normal(size=exact.intercept_.shape) if fit_intercept else 0)
         gap = logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, uniform)
         assert 0 <= logistic_objective(X, codes, coef, intercept, l1, l2) - best <= gap
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_gaps_of_float32_and_uint8_features_are_those_of_their_float64_copy(dtype, monkeypatch):
+    """The products convert float32 and uint8 rows to float64 a chunk at a time (7 rows here: chunks
+    of 7 and a last one of 1), with the same result as on a float64 copy of the features."""
+    monkeypatch.setattr(_gap, "CHUNK_ROWS", 7)
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 256, (50, 6)).astype(dtype)
+    labels, target = rng.integers(0, 3, 50), rng.standard_normal(50)
+    coef, shares = 0.01 * rng.standard_normal((3, 6)), rng.uniform(0.5, 1.5, 50) / 50
+    for gap, arguments in ((_gap.logistic_gap, (labels, coef, np.zeros(3), 1e-3, 1e-2, True, shares)),
+                           (_gap.least_squares_gap, (target, coef[0], 0.1, 1e-3, 0.0, True, shares))):
+        assert gap(X, *arguments) == pytest.approx(gap(X.astype(np.float64), *arguments), rel=1e-12)
 
 
 @pytest.mark.parametrize("seed", [0, 16])  # logits on which a rounding-blind line search stalled near 2e-10

@@ -18,8 +18,45 @@ into the box ``||X^T v||_inf <= l1``. At the solution the gap is zero.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import xlogy
 from sklearn.utils.extmath import safe_sparse_dot
+
+#: Rows of float32 or uint8 features converted to float64 at a time by the gaps' products.
+CHUNK_ROWS = 512
+
+
+def _float64_chunks(X):
+    """``(rows, X[rows] in float64)`` for consecutive chunks of dense ``X``, in one reused buffer."""
+    buffer = np.empty((min(CHUNK_ROWS, X.shape[0]), X.shape[1]))
+    for start in range(0, X.shape[0], CHUNK_ROWS):
+        rows = slice(start, min(start + CHUNK_ROWS, X.shape[0]))
+        chunk = buffer[: rows.stop - start]
+        chunk[...] = X[rows]
+        yield rows, chunk
+
+
+# NumPy's product of float32 or uint8 X with float64 operands first copies all of X to float64
+# (X.T @ V on 60 000 x 784 float32 took 195 ms, 5x a float64 X's): the products below convert
+# a chunk of rows at a time instead.
+def _dot(X, W):
+    """``X @ W`` in float64 (``W`` a vector or a matrix)."""
+    if sp.issparse(X) or X.dtype == np.float64:
+        return safe_sparse_dot(X, W)
+    out = np.empty((X.shape[0], *W.shape[1:]))
+    for rows, chunk in _float64_chunks(X):
+        out[rows] = chunk @ W
+    return out
+
+
+def _dot_transposed(X, V):
+    """``X.T @ V`` in float64 (``V`` a vector or a matrix with a row per row of ``X``)."""
+    if sp.issparse(X) or X.dtype == np.float64:
+        return safe_sparse_dot(X.T, V)
+    out = np.zeros((X.shape[1], *V.shape[1:]))
+    for rows, chunk in _float64_chunks(X):
+        out += chunk.T @ V[rows]
+    return out
 
 
 # scipy.special's logsumexp and softmax cost about 90 us a call in array-API checks; the gap
@@ -61,11 +98,11 @@ def least_squares_gap(X, y, coef, intercept, l1, l2, fit_intercept, shares):
     scaling: ``D = t sum s r_c y - (t^2 / 2) sum s r_c^2 - g*(t X^T (s r_c))``. Without weights
     (``s = 1 / n``) and ``l2 = 0`` this is scikit-learn's ``Lasso`` gap divided by ``n``.
     """
-    r = y - safe_sparse_dot(X, coef) - intercept
+    r = y - _dot(X, coef) - intercept
     primal = 0.5 * float(shares @ (r * r)) + _penalty(coef, l1, l2)
     rc = r - float(shares @ r) if fit_intercept else r
     weighted = shares * rc
-    scale, conjugate = _penalty_conjugate(safe_sparse_dot(X.T, weighted), l1, l2)
+    scale, conjugate = _penalty_conjugate(_dot_transposed(X, weighted), l1, l2)
     dual = scale * float(weighted @ y) - 0.5 * scale * scale * float(weighted @ rc) - conjugate
     return primal - dual
 
@@ -122,7 +159,7 @@ def logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, shares):
     probabilities ``p`` of the model with re-balanced intercepts.
     """
     n = X.shape[0]
-    margins = safe_sparse_dot(X, coef.T) + intercept
+    margins = _dot(X, coef.T) + intercept
     Z = _logits(margins)
     Y = np.zeros_like(Z)
     Y[np.arange(n), codes] = 1.0
@@ -130,7 +167,7 @@ def logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, shares):
     P = _balanced_probabilities(Z, shares, shares @ Y) if fit_intercept else softmax(Z, axis=1)
     R = P - Y
     outputs = R[:, 1:] if coef.shape[0] == 1 else R  # the columns that coef parametrises
-    G = safe_sparse_dot(X.T, shares[:, None] * outputs).T
+    G = _dot_transposed(X, shares[:, None] * outputs).T
     scale, conjugate = _penalty_conjugate(G, l1, l2)
     Q = Y + scale * R
     return primal + float(shares @ xlogy(Q, Q).sum(axis=1)) + conjugate
