@@ -1,4 +1,4 @@
-"""Estimator fits whose penalty has an l2 part: their rounds on the fused local steps, as l1's.
+"""Estimator fits: penalties with an l2 part on the fused local steps, and the duality gap of float32 features.
 
 The estimators leave the intercepts unpenalized, so they regularize with ``Masked(base, mask)``.
 With an l2 part (``FederatedElasticNet``, ``FederatedLogisticRegression`` with penalty ``"l2"`` or
