@@ -125,29 +125,44 @@ def _balanced_probabilities(Z, shares, totals, iterations=50):
     method with backtracking (its Hessian is singular along ``1``, hence least squares). The
     backtracking test allows for the rounding of ``phi``: once the decrease a step promises is
     below it (gradients near 1e-10 on the digits), a strict test rejected even the full step,
-    which would have met the 1e-12 tolerance, and halved it down to the 50-iteration cap.
+    which would have met the 1e-12 tolerance, and halved it down to the 50-iteration cap. Each
+    point costs one pass of ``exp``, for both ``phi`` and the probabilities that the next
+    iteration starts from (three passes before: 60 % of a gap on MNIST-shaped data).
     """
-    delta = np.zeros(Z.shape[1])
+    top = Z.max(axis=1, keepdims=True)
 
-    def phi(d):
-        return float(shares @ logsumexp(Z + d, axis=1) - totals @ d)
+    def at(d):
+        """``phi(d)`` and ``softmax(Z + d)``. Each row is shifted by its largest logit plus
+        ``max(d)``, which keeps ``exp`` below 1 and the row's largest term above ``exp(-ptp(d))``."""
+        shift = top + d.max() if np.ptp(d) < 500 else (Z + d).max(axis=1, keepdims=True)
+        E = Z + d
+        E -= shift
+        np.exp(E, out=E)
+        sums = E.sum(axis=1, keepdims=True)
+        value = float(shares @ (np.log(sums[:, 0]) + shift[:, 0]) - totals @ d)
+        E /= sums
+        return value, E
 
     def rounding(value):
         return 64 * np.finfo(float).eps * (abs(value) + 1.0)
 
+    delta = np.zeros(Z.shape[1])
+    value, P = at(delta)
     for _ in range(iterations):
-        P = softmax(Z + delta, axis=1)
         SP = shares[:, None] * P
         grad = SP.sum(axis=0) - totals
         if np.abs(grad).max() <= 1e-12:
             break
         hess = np.diag(SP.sum(axis=0)) - P.T @ SP
         step = np.linalg.lstsq(hess, grad, rcond=None)[0]
-        value, t = phi(delta), 1.0
-        while t > 1e-10 and phi(delta - t * step) > value - 0.25 * t * float(grad @ step) + rounding(value):
+        t = 1.0
+        while True:
+            trial_value, trial_P = at(delta - t * step)
+            if t <= 1e-10 or trial_value <= value - 0.25 * t * float(grad @ step) + rounding(value):
+                break
             t /= 2
-        delta = delta - t * step
-    return softmax(Z + delta, axis=1)
+        delta, value, P = delta - t * step, trial_value, trial_P
+    return P
 
 
 def logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, shares):
