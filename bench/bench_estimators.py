@@ -1,13 +1,14 @@
-"""Estimator fits: penalties with an l2 part on the fused local steps, and the duality gap of float32 features.
+"""Estimator fits: penalties other than l1 on the fused local steps, and the duality gap of float32 features.
 
 The estimators leave the intercepts unpenalized, so they regularize with ``Masked(base, mask)``.
 With an l2 part (``FederatedElasticNet``, ``FederatedLogisticRegression`` with penalty ``"l2"`` or
-``"elasticnet"``) the prox shrinks the masked coordinates only (kernel ``SOFT_MASKED``), and the
-local steps run in the fused kernels like the l1 penalty's. Measured in one process, in turns:
-each fit's time per round (its time over ``n_iter_``, the duality-gap checks every ``eval_every``
-rounds included), and ``x l1``, its ratio to the same estimator with the l1 penalty fitted in the
-untimed setup. Before ``SOFT_MASKED``, those fits stepped array-wise: 1.39-1.42x l1's time a
-round on the digits and 3.84x on the diabetes data (BENCHMARKS.md).
+``"elasticnet"``) the prox shrinks the masked coordinates only (kernel ``SOFT_MASKED``); MCP and
+SCAD (``FederatedSparseRegressor``, ``penalty="mcp"`` or ``"scad"``) weight ``lam`` by the mask
+(``MCP_WEIGHTED``, ``SCAD_WEIGHTED``). Their local steps then run in the fused kernels like the
+l1 penalty's. Measured in one process, in turns: each fit's time per round (its time over
+``n_iter_``, the stopping checks every ``eval_every`` rounds included), and ``x l1``, its ratio
+to the same data fitted with the l1 penalty in the untimed setup. Before those kinds, the fits
+stepped array-wise (BENCHMARKS.md).
 
 ``test_gap_of_float32_features`` times the duality gap the logistic fits check every
 ``eval_every`` rounds, on MNIST-shaped float32 features (60 000 x 784, 10 classes), in turns with
@@ -31,7 +32,12 @@ from sklearn.datasets import load_diabetes, load_digits
 from sklearn.exceptions import ConvergenceWarning
 
 from fedopt._backend import cpu_model, host_cpu_name
-from fedopt.estimators import FederatedElasticNet, FederatedLasso, FederatedLogisticRegression
+from fedopt.estimators import (
+    FederatedElasticNet,
+    FederatedLasso,
+    FederatedLogisticRegression,
+    FederatedSparseRegressor,
+)
 from fedopt.estimators._gap import logistic_gap
 
 ROUNDS = 300
@@ -53,8 +59,14 @@ CASES = {  # name: (data, the estimator with an l2 part, the same with l1 only)
     "digits-logistic-elasticnet": (
         _digits, lambda **kw: FederatedLogisticRegression(alpha=1 / 1797, penalty="elasticnet", **kw),
         lambda **kw: FederatedLogisticRegression(alpha=1 / 1797, penalty="l1", **kw)),
+    "digits-logistic-mcp": (_digits, lambda **kw: FederatedLogisticRegression(alpha=1 / 1797, penalty="mcp", **kw),
+                            lambda **kw: FederatedLogisticRegression(alpha=1 / 1797, penalty="l1", **kw)),
     "diabetes-elasticnet": (_diabetes, lambda **kw: FederatedElasticNet(alpha=0.01, l1_ratio=0.5, **kw),
                             lambda **kw: FederatedLasso(alpha=0.01, **kw)),
+    "diabetes-mcp": (_diabetes, lambda **kw: FederatedSparseRegressor(alpha=0.5, penalty="mcp", **kw),
+                     lambda **kw: FederatedLasso(alpha=0.5, **kw)),
+    "diabetes-scad": (_diabetes, lambda **kw: FederatedSparseRegressor(alpha=0.5, penalty="scad", **kw),
+                      lambda **kw: FederatedLasso(alpha=0.5, **kw)),
 }
 
 

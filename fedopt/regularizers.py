@@ -698,9 +698,10 @@ class Masked(Regularizer):
     net, MCP, SCAD, ...). ``mask`` is a boolean vector of length ``p``. prox: ``x[mask] =
     prox_{step * base}(z[mask])`` and ``x[~mask] = z[~mask]`` (phi is separable across the two
     blocks). ``weak_convexity``, and so :meth:`check_step`, are those of ``base``. A base whose
-    prox is a soft-threshold (``L1``, weighted or not) or the identity keeps the fused elementwise
-    kernels: a weighted soft-threshold with weight 0 off the mask, and with an ``ElasticNet``'s
-    shrinking factor on the mask only (``SOFT_MASKED``); any other base runs its own prox on the
+    prox is element-wise keeps the fused kernels: a soft-threshold (``L1``, weighted or not) with
+    weight 0 off the mask, an ``ElasticNet``'s shrinking factor on the mask only
+    (``SOFT_MASKED``), ``MCP`` and ``SCAD`` with ``lam`` weighted by the mask (``MCP_WEIGHTED``,
+    ``SCAD_WEIGHTED``); any other base (a box, a ball, the group lasso) runs its own prox on the
     masked columns.
     """
 
@@ -737,11 +738,15 @@ class Masked(Regularizer):
         kind, theta, _w = form
         if kind == K.IDENTITY:
             return form
+        if kind in (K.MCP, K.SCAD):  # lam weighted by the mask: 0 is the identity
+            weighted = K.MCP_WEIGHTED if kind == K.MCP else K.SCAD_WEIGHTED
+            return weighted, theta, self._on_backend(backend, dtype, "mask_weights",
+                                                     lambda: self._weight_rows(1.0)[:1])
         if kind == K.SOFT:  # theta[0] holds the whole threshold
             base_weights = 1.0
         elif kind == K.SOFT_WEIGHTED:
             base_weights = self.base.weights
-        else:  # MCP, SCAD, a clip: run the base prox on the masked columns
+        else:  # a clip: run the base prox on the masked columns
             return None
         if theta[1] == 1.0:
             return K.SOFT_WEIGHTED, theta, self._on_backend(backend, dtype, "mask_weights",

@@ -20,7 +20,9 @@ from fedopt.kernels import (
     IDENTITY,
     KIND_NAMES,
     MCP,
+    MCP_WEIGHTED,
     SCAD,
+    SCAD_WEIGHTED,
     SOFT,
     SOFT_MASKED,
     SOFT_WEIGHTED,
@@ -175,6 +177,8 @@ THETA = {
     MCP: [0.3, 0.6, 2.0],
     SCAD: [0.3, 0.6, 1.11, 1.11 / 2.7, 2.7 / 1.7],
     SOFT_MASKED: [0.3, 0.9],
+    MCP_WEIGHTED: [0.3, 0.6, 2.0],
+    SCAD_WEIGHTED: [0.3, 0.6, 1.11, 1.11 / 2.7, 2.7 / 1.7],
 }
 SHAPES = [(1, 7), (4, 8), (3, 1001), (2, 4096)]
 
@@ -190,6 +194,8 @@ def prox_case(rng, kind, n, p, dtype):
         w = np.stack([-rng.uniform(0, 1, p), rng.uniform(0, 1, p)])
     elif kind == SOFT_MASKED:
         w = np.stack([rng.uniform(0.5, 2.0, p), rng.integers(0, 2, p)])
+    elif kind in (MCP_WEIGHTED, SCAD_WEIGHTED):  # weights of lam, some 0 (the identity)
+        w = rng.uniform(0.0, 2.0, (1, p)) * (np.arange(p) % 3 > 0)
     else:
         w = np.zeros((0, 0))
     return z, theta, w.astype(dtype)

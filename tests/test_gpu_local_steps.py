@@ -24,7 +24,9 @@ from fedopt.kernels import (
     LEAST_SQUARES,
     LOGISTIC,
     MCP,
+    MCP_WEIGHTED,
     SCAD,
+    SCAD_WEIGHTED,
     SOFT,
     SOFT_MASKED,
     SOFT_WEIGHTED,
@@ -59,6 +61,8 @@ THETA = {
     MCP: [0.15, 0.4, 2.0],
     SCAD: [0.15, 0.3, 0.6, 0.6 / 2.7, 2.7 / 1.7],
     SOFT_MASKED: [0.2, 0.9],
+    MCP_WEIGHTED: [0.15, 0.4, 2.0],
+    SCAD_WEIGHTED: [0.15, 0.3, 0.6, 0.6 / 2.7, 2.7 / 1.7],
 }
 LOSSES = {LEAST_SQUARES: "least_squares", LOGISTIC: "logistic"}
 
@@ -115,6 +119,8 @@ def make_case(rng, kind, dtype, d, batch, fit_intercept, shifted, prox_kind, fea
         w = np.stack([-rng.uniform(0.1, 0.4, p), rng.uniform(0.1, 0.4, p)])
     elif prox_kind == SOFT_MASKED:  # the last coordinate (an intercept, where there is one) unshrunk
         w = np.stack([rng.uniform(0.0, 2.0, p), np.arange(p) < p - 1])
+    elif prox_kind in (MCP_WEIGHTED, SCAD_WEIGHTED):  # the last coordinate's lam weighted 0: the identity
+        w = (rng.uniform(0.5, 2.0, p) * (np.arange(p) < p - 1))[None, :]
     else:
         w = np.empty((0, 0))
     scale = 1 / 255 if X.dtype == np.uint8 else 0.7

@@ -22,6 +22,8 @@ def make_regularizers(p):
         "elasticnet": R.ElasticNet(0.3, 0.8),
         "masked_elasticnet": R.Masked(R.ElasticNet(0.3, 0.8), rng.uniform(size=p) < 0.7),
         "masked_l1_weighted": R.Masked(R.L1(0.4, weights=rng.uniform(0, 2, p - 1)), np.arange(p) != 0),
+        "masked_mcp": R.Masked(R.MCP(0.6, gamma=2.5), rng.uniform(size=p) < 0.7),
+        "masked_scad": R.Masked(R.SCAD(0.5, a=3.7), rng.uniform(size=p) < 0.7),
         "group_contiguous": R.GroupLasso(0.5, groups=1 if p % 2 else 2),
         "group_permuted": R.GroupLasso(0.5, groups=rng.integers(0, 3, p)),
         "box": R.Box(-0.4, 0.6),

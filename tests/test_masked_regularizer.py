@@ -72,7 +72,7 @@ def test_weak_convexity_and_step_checks_are_the_base_ones():
     assert R.Masked(R.L1(1.0), MASK).weak_convexity == 0.0
 
 
-def test_soft_thresholds_and_elastic_nets_keep_the_fused_kernels_and_other_bases_run_row_wise():
+def test_element_wise_bases_keep_the_fused_kernels_and_others_run_row_wise():
     backend = fedopt.get_backend("numba")
     weighted = np.zeros(6)
     weighted[MASK] = [1.0, 0.5, 2.0, 0.0]
@@ -84,7 +84,11 @@ def test_soft_thresholds_and_elastic_nets_keep_the_fused_kernels_and_other_bases
     kind, theta, w = R.Masked(R.ElasticNet(0.2, 0.7), MASK)._elementwise(0.5, backend, np.float64)
     assert kind == fedopt.kernels.SOFT_MASKED and theta == pytest.approx([0.1, 1 / 1.35])  # the shrink on MASK only
     np.testing.assert_array_equal(w, [MASK * 1.0, MASK * 1.0])
-    for base in (R.MCP(0.4), R.SCAD(0.4), R.GroupLasso(0.3, groups=2)):
+    for base, weighted in ((R.MCP(0.4), fedopt.kernels.MCP_WEIGHTED), (R.SCAD(0.4), fedopt.kernels.SCAD_WEIGHTED)):
+        kind, theta, w = R.Masked(base, MASK)._elementwise(0.5, backend, np.float64)
+        assert kind == weighted and np.array_equal(theta, base._elementwise(0.5, backend, np.float64)[1])
+        np.testing.assert_array_equal(w, [MASK * 1.0])  # lam weighted 0 off the mask: the identity
+    for base in (R.GroupLasso(0.3, groups=2), R.Box(-1.0, 1.0)):
         assert R.Masked(base, MASK)._elementwise(0.5, backend, np.float64) is None
 
 

@@ -147,6 +147,10 @@ SCAD = 6  # theta = (tau, knee1, knee2, shift, inv): soft | sign(v)(|v| - shift)
 # theta = (tau, scale), w[0] = weights, w[1] = a 0/1 mask: SOFT_WEIGHTED where w[1, j] is 1, the
 # threshold alone where it is 0 (scale 1): an elastic net on some coordinates only (Masked)
 SOFT_MASKED = 7
+# MCP and SCAD with lam weighted per coordinate by w[0] (every threshold scales with lam; a weight
+# of 0 is the identity): MCP or SCAD on some coordinates only (Masked)
+MCP_WEIGHTED = 8
+SCAD_WEIGHTED = 9
 
 # Losses of the model oracles (``linear_oracle``'s ``kind``; the MLP's takes LEAST_SQUARES and SOFTMAX).
 LEAST_SQUARES = 0  # (m - y)^2 / 2, one output
@@ -168,4 +172,6 @@ KIND_NAMES = {
     MCP: "mcp",
     SCAD: "scad",
     SOFT_MASKED: "soft_masked",
+    MCP_WEIGHTED: "mcp_weighted",
+    SCAD_WEIGHTED: "scad_weighted",
 }

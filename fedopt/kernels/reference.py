@@ -15,7 +15,9 @@ from fedopt.kernels import (
     LEAST_SQUARES,
     LOGISTIC,
     MCP,
+    MCP_WEIGHTED,
     SCAD,
+    SCAD_WEIGHTED,
     SOFT,
     SOFT_MASKED,
     SOFT_WEIGHTED,
@@ -43,12 +45,14 @@ def _elementwise(v, kind, theta, w):
         return np.clip(v, theta[0], theta[1])
     if kind == CLIP_VECTOR:
         return np.clip(v, w[0], w[1])
-    if kind == MCP:
-        tau, knee, inv = theta[0], theta[1], theta[2]
+    if kind in (MCP, MCP_WEIGHTED):
+        lam = w[0] if kind == MCP_WEIGHTED else 1.0  # every threshold scales with lam
+        tau, knee, inv = theta[0] * lam, theta[1] * lam, theta[2]
         firm = np.sign(v) * (a - tau) * inv
         return np.where(a <= tau, 0.0, np.where(a <= knee, firm, v))
-    if kind == SCAD:
-        tau, knee1, knee2, shift, inv = theta[0], theta[1], theta[2], theta[3], theta[4]
+    if kind in (SCAD, SCAD_WEIGHTED):
+        lam = w[0] if kind == SCAD_WEIGHTED else 1.0
+        tau, knee1, knee2, shift, inv = theta[0] * lam, theta[1] * lam, theta[2] * lam, theta[3] * lam, theta[4]
         middle = np.sign(v) * (a - shift) * inv
         return np.where(a <= knee1, _soft(v, tau), np.where(a <= knee2, middle, v))
     if kind == SOFT_MASKED:

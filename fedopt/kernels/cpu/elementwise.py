@@ -15,7 +15,18 @@ import math
 import numpy as np
 from numba import prange
 
-from fedopt.kernels import CLIP, CLIP_VECTOR, IDENTITY, MCP, SCAD, SOFT, SOFT_MASKED, SOFT_WEIGHTED
+from fedopt.kernels import (
+    CLIP,
+    CLIP_VECTOR,
+    IDENTITY,
+    MCP,
+    MCP_WEIGHTED,
+    SCAD,
+    SCAD_WEIGHTED,
+    SOFT,
+    SOFT_MASKED,
+    SOFT_WEIGHTED,
+)
 from fedopt.kernels.cpu._jit import function, inline, kernel
 
 #: Elements per task: 128 KiB of float64, so a normal-map tile is still in the L2 cache when the
@@ -145,6 +156,29 @@ def _prox_tiles_of(kind, theta, w, src, i0, i1, j0, j1, dst, in_place):
                 middle = (v - math.copysign(shift, v)) * inv
                 middle = v if a > knee2 else middle
                 y[j] = _soft(v, tau) if a <= knee1 else middle
+    elif kind == MCP_WEIGHTED:  # MCP with lam (every threshold) scaled by w[0, j]
+        tau, knee, inv = theta[0], theta[1], theta[2]
+        lam = w[0, j0:j1]
+        for i in range(i0, i1):
+            x, y = _views(src, dst, i, j0, j1, in_place)
+            for j in range(x.shape[0]):
+                v = x[j]
+                a = abs(v)
+                t = tau * lam[j]
+                firm = (v - math.copysign(t, v)) * inv
+                firm = v if a > knee * lam[j] else firm
+                y[j] = t - t if a <= t else firm
+    elif kind == SCAD_WEIGHTED:
+        tau, knee1, knee2, shift, inv = theta[0], theta[1], theta[2], theta[3], theta[4]
+        lam = w[0, j0:j1]
+        for i in range(i0, i1):
+            x, y = _views(src, dst, i, j0, j1, in_place)
+            for j in range(x.shape[0]):
+                v = x[j]
+                a = abs(v)
+                middle = (v - math.copysign(shift * lam[j], v)) * inv
+                middle = v if a > knee2 * lam[j] else middle
+                y[j] = _soft(v, tau * lam[j]) if a <= knee1 * lam[j] else middle
     elif kind == IDENTITY:
         for i in range(i0, i1):
             x, y = _views(src, dst, i, j0, j1, in_place)
@@ -221,7 +255,7 @@ def prox_elementwise_kernel(z, kind, theta, w, out, threads):
     """``out = prox(z)`` for a separable prox (e.g. SOFT: ``out = theta[1] * sign(z) * max(|z| - theta[0], 0)``),
     in tiles of :func:`tile_columns` elements for ``threads`` threads. Without per-column
     parameters the C-contiguous rows are one long row (no short-row tails)."""
-    if kind != SOFT_WEIGHTED and kind != SOFT_MASKED and kind != CLIP_VECTOR:
+    if kind in (IDENTITY, SOFT, CLIP, MCP, SCAD):  # no per-column parameters
         z, out = z.reshape(1, z.size), out.reshape(1, out.size)
     n, p = z.shape
     columns = tile_columns(n, p, threads)

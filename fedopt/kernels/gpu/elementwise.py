@@ -56,11 +56,17 @@ __device__ __forceinline__ T fedopt_prox1(int kind, T v, ptrdiff_t i, ptrdiff_t 
         const ptrdiff_t j = fedopt_col(i, p);
         return fedopt_clip(v, w[j], w[p + j]);
     }
-    case 5:  /* MCP: theta = (tau, knee, inv) */
-        return a <= T(t0) ? T(0) : (a <= T(t1) ? fedopt_sign(v) * (a - T(t0)) * T(t2) : v);
-    case 6:  /* SCAD: theta = (tau, knee1, knee2, shift, inv) */
-        return a <= T(t1) ? fedopt_soft(v, T(t0))
-                          : (a <= T(t2) ? fedopt_sign(v) * (a - T(t3)) * T(t4) : v);
+    case 5:    /* MCP: theta = (tau, knee, inv) */
+    case 8: {  /* MCP_WEIGHTED: lam, so every threshold, weighted by the first row of w */
+        const T lam = kind == 8 ? w[fedopt_col(i, p)] : T(1);
+        return a <= T(t0) * lam ? T(0) : (a <= T(t1) * lam ? fedopt_sign(v) * (a - T(t0) * lam) * T(t2) : v);
+    }
+    case 6:    /* SCAD: theta = (tau, knee1, knee2, shift, inv) */
+    case 9: {  /* SCAD_WEIGHTED */
+        const T lam = kind == 9 ? w[fedopt_col(i, p)] : T(1);
+        return a <= T(t1) * lam ? fedopt_soft(v, T(t0) * lam)
+                                : (a <= T(t2) * lam ? fedopt_sign(v) * (a - T(t3) * lam) * T(t4) : v);
+    }
     case 7: {  /* SOFT_MASKED: the scale where the second row of w is not 0 */
         const ptrdiff_t j = fedopt_col(i, p);
         const T x = fedopt_soft(v, T(t0) * w[j]);

@@ -49,7 +49,9 @@ from fedopt.kernels import (
     LEAST_SQUARES,
     LOGISTIC,
     MCP,
+    MCP_WEIGHTED,
     SCAD,
+    SCAD_WEIGHTED,
     SOFT,
     SOFT_MASKED,
     SOFT_WEIGHTED,
@@ -107,10 +109,12 @@ def _prox(kind, v, t0, t1, t2, t3, t4, w, j):
         return _clip(v, t0, t1)
     if kind == CLIP_VECTOR:
         return _clip(v, float64(w[0, j]), float64(w[1, j]))
-    if kind == MCP:  # theta = (tau, knee, inv)
-        return 0.0 if a <= t0 else (_sign(v) * (a - t0) * t2 if a <= t1 else v)
-    if kind == SCAD:  # theta = (tau, knee1, knee2, shift, inv)
-        return _soft(v, t0) if a <= t1 else (_sign(v) * (a - t3) * t4 if a <= t2 else v)
+    if kind in (MCP, MCP_WEIGHTED):  # theta = (tau, knee, inv); lam weighted by w[0, j]
+        lam = float64(w[0, j]) if kind == MCP_WEIGHTED else 1.0
+        return 0.0 if a <= t0 * lam else (_sign(v) * (a - t0 * lam) * t2 if a <= t1 * lam else v)
+    if kind in (SCAD, SCAD_WEIGHTED):  # theta = (tau, knee1, knee2, shift, inv)
+        lam = float64(w[0, j]) if kind == SCAD_WEIGHTED else 1.0
+        return _soft(v, t0 * lam) if a <= t1 * lam else (_sign(v) * (a - t3 * lam) * t4 if a <= t2 * lam else v)
     if kind == SOFT_MASKED:
         x = _soft(v, t0 * w[0, j])
         return t1 * x if w[1, j] != 0 else x
