@@ -336,8 +336,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     from fedopt.regularizers import as_regularizer
 
     seeds = list(seeds)
-    for seed in seeds:
-        run_generator(seed)  # refuse a bad seed before any work
+    generators = [run_generator(seed) for seed in seeds]  # a bad seed is refused before any work
     count = len(seeds)
     if count == 0:
         raise ValueError("seeds must list at least one seed: one run per seed")
@@ -368,8 +367,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     results = []
     for first in range(0, count, size):
         part = slice(first, first + size)
-        results += _Batch(problems[part], methods[part], regularizers[part], seeds[part], gammas[part], x0s[part],
-                          rule, tol, show, callback, stop).run(rounds, eval_every)
+        results += _Batch(problems[part], methods[part], regularizers[part], seeds[part], generators[part],
+                          gammas[part], x0s[part], rule, tol, show, callback, stop).run(rounds, eval_every)
     return results
 
 
@@ -433,7 +432,7 @@ def _free_memory(backend) -> int | None:
 class _Batch:
     """One batch's rounds; runs leave it as they stop."""
 
-    def __init__(self, problems, methods, regularizers, seeds, gammas, x0s, rule, tol, show, callback=None,
+    def __init__(self, problems, methods, regularizers, seeds, generators, gammas, x0s, rule, tol, show, callback=None,
                  stop=None):
         self.problems, self.methods, self.seeds, self.gammas = problems, methods, seeds, gammas
         self.regularizers, self.rule, self.tol, self.show, self.callback = regularizers, rule, tol, show, callback
@@ -448,8 +447,7 @@ class _Batch:
                   for reg, gamma, x0 in zip(regularizers, gammas, x0s, strict=True)]
         stacked = [self.xp.stack([getattr(s, name) for s in starts])[:, None] for name in ("x", "subgradient")]
         start = Start(*stacked)
-        env = Env(batch_problem(problems), BatchRegularizer(regularizers, backend),
-                  [run_generator(seed) for seed in seeds])
+        env = Env(batch_problem(problems), BatchRegularizer(regularizers, backend), generators)
         self.gamma = self._per_run_value(gammas)
         self.state = self.method.init(env.problem, env.regularizer, env.rng, start)
         self.columns = history_columns(self.method, self.state)  # those of fedopt.run

@@ -738,21 +738,18 @@ class Masked(Regularizer):
         kind, theta, _w = form
         if kind == K.IDENTITY:
             return form
-        if kind in (K.MCP, K.SCAD):  # lam weighted by the mask: 0 is the identity
-            weighted = K.MCP_WEIGHTED if kind == K.MCP else K.SCAD_WEIGHTED
-            return weighted, theta, self._on_backend(backend, dtype, "mask_weights",
-                                                     lambda: self._weight_rows(1.0)[:1])
-        if kind == K.SOFT:  # theta[0] holds the whole threshold
-            base_weights = 1.0
-        elif kind == K.SOFT_WEIGHTED:
+        if kind == K.SOFT_WEIGHTED:
             base_weights = self.base.weights
+        elif kind in (K.SOFT, K.MCP, K.SCAD):  # SOFT: theta[0] holds the whole threshold
+            base_weights = 1.0
         else:  # a clip: run the base prox on the masked columns
             return None
-        if theta[1] == 1.0:
-            return K.SOFT_WEIGHTED, theta, self._on_backend(backend, dtype, "mask_weights",
-                                                             lambda: self._weight_rows(base_weights)[:1])
-        return K.SOFT_MASKED, theta, self._on_backend(backend, dtype, "mask_weights_and_mask",
-                                                       lambda: self._weight_rows(base_weights))
+        rows = self._on_backend(backend, dtype, "weight_rows", lambda: self._weight_rows(base_weights))
+        if kind in (K.MCP, K.SCAD):  # lam weighted by the mask: 0 is the identity
+            return (K.MCP_WEIGHTED if kind == K.MCP else K.SCAD_WEIGHTED), theta, rows[:1]
+        if theta[1] == 1.0:  # no shrinking factor (l1, weighted or not)
+            return K.SOFT_WEIGHTED, theta, rows[:1]
+        return K.SOFT_MASKED, theta, rows
 
     def _weight_rows(self, values):
         """``(2, p)``: ``values`` on the masked coordinates and 0 elsewhere, then the mask as 0/1."""

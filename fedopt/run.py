@@ -281,7 +281,7 @@ class DivergenceError(FloatingPointError):
 def round_context(backend):
     """The context that the backend's rounds run in: on Numba's threads, BLAS on one thread
     (``one_blas_thread`` of :mod:`fedopt.kernels.cpu`), else none."""
-    limit = getattr(backend.kernels, "one_blas_thread", None)
+    limit = getattr(getattr(backend, "kernels", None), "one_blas_thread", None)
     return contextlib.nullcontext() if limit is None else limit()
 
 
@@ -295,9 +295,8 @@ def blas_beside_kernels(func):
         from fedopt._backend import get_backend
 
         first = problem[0] if isinstance(problem, (list, tuple)) else problem
-        # no backend on what is not a problem: func refuses it, with the reason
-        chosen = getattr(first, "backend", None) if backend is None else get_backend(backend)
-        with round_context(chosen) if chosen is not None else contextlib.nullcontext():
+        # no backend on what is not a problem (func refuses it, with the reason): no context
+        with round_context(getattr(first, "backend", None) if backend is None else get_backend(backend)):
             return func(algorithm, problem, *args, backend=backend, **kwargs)
 
     return wrapped

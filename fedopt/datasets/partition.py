@@ -163,8 +163,8 @@ def _client_owners(clients, n_samples: int):
     else:
         missing = np.zeros(0, bool)
     if missing.any():
-        raise ValueError(f"clients has no id for sample {int(np.argmax(missing))} ({clients[np.argmax(missing)]}): "
-                         "give every sample a client id")
+        first = int(np.argmax(missing))
+        raise ValueError(f"clients has no id for sample {first} ({clients[first]}): give every sample a client id")
     try:
         return np.unique(clients, return_inverse=True)
     except TypeError as err:  # ids that do not sort together, e.g. ints mixed with strings
