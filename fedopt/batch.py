@@ -524,7 +524,8 @@ class _Batch:
 
     def _view(self, state, position) -> State:
         run = self.active[position]
-        return _run_view(state, position, len(self.active), self.problems[run], self.regularizers[run])
+        return _run_view(state, position, len(self.active), self.problems[run], self.regularizers[run],
+                         self.methods[run].name)
 
     def _finish(self, position, state, converged=False):
         self.results[self.active[position]] = self._result(position, state, converged)
@@ -555,7 +556,7 @@ class _Batch:
         self.active = [self.active[p] for p in keep]
 
 
-def _run_view(state, position, count, problem, regularizer) -> State:
+def _run_view(state, position, count, problem, regularizer, method: str) -> State:
     """Run ``position``'s slice of a batch state, in the layout of one run: server arrays ``(p,)``,
     client arrays ``(n, p)``, per-run scalars ``(R,)`` as Python numbers."""
 
@@ -571,7 +572,7 @@ def _run_view(state, position, count, problem, regularizer) -> State:
     x = state.x[position, 0]
     z = None if state.z is None else state.z[position, 0]
     return State(Env(problem, regularizer, state.env.rng[position]), x, z, state.round, state.costs,
-                 {name: one(value) for name, value in state.vars.items()})
+                 {name: one(value) for name, value in state.vars.items()}, method)
 
 
 __all__ = ["BatchProblem", "BatchRegularizer", "BatchSplitWarning", "BatchVIProblem", "batch_problem", "run_batch"]

@@ -138,6 +138,7 @@ def _run(args) -> int:
     print(f"    status {record['status']} on backend {record['backend']}, {record['run_seconds']:.2f}s")
     print(f"    round {last['round']}: ||F_nat||^2 = {last['stationarity']:.4e}, objective = {last['objective']:.6g}, "
           f"test accuracy = {last['test_accuracy']:.4f}, nonzeros = {last['nnz']}, prox evals = {last['prox_evals']}")
+    _note_pruned(last["nnz"], cfg["regularizer"])
     out = Path(args.out) if args.out else RESULTS / f"run-{spec.key[:12]}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as handle:
@@ -158,13 +159,24 @@ def _run(args) -> int:
     return 0
 
 
+def _note_pruned(nonzeros, table) -> None:
+    """A hint when the regularizer's strength zeroes the whole model (``lam = 1``, the default of
+    ``--regularizer``, prunes every weight of the bundled problems): a stationary point, but rarely the one wanted."""
+    from fedopt.sweep.execute import make_regularizer
+
+    lam = getattr(make_regularizer(table), "lam", None)
+    if nonzeros == 0 and lam:
+        print(f"    every weight is 0: lam = {lam:g} prunes them all; keep some with a smaller one, "
+              f"e.g. --set regularizer.lam={lam / 1000:g}")
+
+
 def _fit_steps_to(exp):
     """Lower the default prox steps (``gamma``, ``metric_gamma``) that a weakly convex regularizer chosen with
     ``--regularizer`` cannot take (they need ``step * rho < 1``); values set with ``--set`` are left to the checks."""
-    from fedopt import algorithms, regularizers
+    from fedopt import algorithms
+    from fedopt.sweep.execute import make_regularizer
 
-    table = dict(exp.run["regularizer"])
-    rho = regularizers.make(table.pop("name"), **table).weak_convexity
+    rho = make_regularizer(exp.run["regularizer"]).weak_convexity
     if rho <= 0:
         return exp
     safe = 0.5 / rho

@@ -385,10 +385,10 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     regularizer.check_step(gamma, "metric_gamma")
     rng = run_generator(seed)
     if resume is not None:
-        state = _resumed(resume, problem, regularizer, rng)
+        state = _resumed(resume, method.name, problem, regularizer, rng)
     else:
         start = Start.prox_of(regularizer, problem.start_point(x0, seed), gamma)
-        state = method.init(problem, regularizer, rng, start)
+        state = replace(method.init(problem, regularizer, rng, start), method=method.name)
     history = History(history_columns(method, state))
     evaluated = _evaluation_view(method, problem, eval_clients, seed, history)
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
@@ -482,8 +482,13 @@ def state_fits(state: State, problem) -> bool:
             and array_module(state.x) is problem.backend.xp)
 
 
-def _resumed(state: State, problem, regularizer, rng) -> State:
-    """``state`` on ``problem``, checked with :func:`state_fits`."""
+def _resumed(state: State, name: str, problem, regularizer, rng) -> State:
+    """``state`` of method ``name`` on ``problem``, checked with :func:`state_fits`."""
+    if not isinstance(state, State):
+        raise TypeError(f"resume takes a run's state (result.state), got {type(state).__name__}")
+    if state.method not in (None, name):
+        raise ValueError(f"resume holds a state of {state.method}, whose arrays {name} cannot go on from: resume a "
+                         f"run with the method that made it, or start {name} from its model with x0=result.x")
     if not state_fits(state, problem):
         raise ValueError(f"resume holds a model of shape {tuple(state.x.shape)} and client arrays of rows "
                          f"{[v.shape[0] for v in state.vars.values() if getattr(v, 'ndim', 0) == 2]} on "

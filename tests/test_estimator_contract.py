@@ -127,7 +127,9 @@ def test_warm_start_continues_from_the_fitted_model():
     assert est.n_iter_ == 0  # already converged: the first evaluation stops it
     est.set_params(alpha=0.09).fit(X, y)
     cold = FederatedLasso(0.09, random_state=0).fit(X, y)
-    assert est.n_iter_ < 0.7 * cold.n_iter_ and rounds > 0
+    # it starts next to the new solution (the rounds are few either way: they shrink the residual 50x every 10)
+    assert est.history_["stationarity"][0] < 1e-3 * cold.history_["stationarity"][0]
+    assert est.n_iter_ <= cold.n_iter_ and rounds > 0
     np.testing.assert_allclose(est.coef_, cold.coef_, atol=5e-3)
 
 
@@ -218,3 +220,8 @@ def test_a_run_resumes_only_a_state_that_fits_the_problem():
     five = LeastSquares(partition(X, y, 5, seed=0), backend="numba")
     with pytest.raises(ValueError, match="the problem has 10 parameters and 5 clients"):
         fedopt.run("fednmap", five, rounds=1, batch_size=None, resume=first.state)
+    # FedCanon keeps a correction "c" of the same shape, so only the state's method tells them apart
+    with pytest.raises(ValueError, match="resume holds a state of fednmap"):
+        fedopt.run("fedcanon", four, rounds=1, batch_size=None, resume=first.state)
+    with pytest.raises(TypeError, match=r"result\.state"):
+        fedopt.run("fednmap", four, rounds=1, batch_size=None, resume=first)

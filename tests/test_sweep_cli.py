@@ -43,12 +43,17 @@ def test_algorithm_names_ignore_case_like_regularizer_names():
     assert replaced.expand()[0].config["algorithm"]["name"] == "depositum-no-tracking"
 
 
-def test_run_with_a_weakly_convex_regularizer_works_with_its_defaults(tmp_path, capsys):
+def test_run_with_a_weakly_convex_regularizer_takes_its_defaults_and_says_they_prune_everything(tmp_path, capsys):
     code = main(["run", "--regularizer", "mcp", "--rounds", "2", "--out", str(tmp_path / "h.csv")])
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert "gamma = 1.5 (= 1 / (2 rho))" in printed.out
     assert "status done" in printed.out
+    assert "every weight is 0: lam = 1 prunes them all" in printed.out  # MCP's default strength, on the digits
+    code = main(["run", "--regularizer", "mcp", "--rounds", "2", "--set", "regularizer.lam=0.001",
+                 "--out", str(tmp_path / "h.csv")])
+    printed = capsys.readouterr()
+    assert code == 0 and "nonzeros = 0," not in printed.out and "every weight is 0" not in printed.out
 
 
 def test_a_failed_run_prints_one_error_and_no_traceback(tmp_path, capsys, monkeypatch):

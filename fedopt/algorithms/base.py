@@ -43,6 +43,8 @@ class State:
     ``x`` is the model the method reports (the server's post-prox model); ``z`` is the pre-prox
     server point of normal-map methods (None for the others), where ``||F_nor(z)||^2`` is
     measured. ``vars`` holds the method's own arrays (corrections, control variates, duals).
+    ``method`` names the method whose rounds these are (set by :func:`fedopt.run`; None when
+    unknown), so that a resumed run refuses another method's state.
     """
 
     env: Env
@@ -51,6 +53,7 @@ class State:
     round: int = 0
     costs: Costs = Costs()
     vars: dict = field(default_factory=dict)
+    method: str | None = None
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_consistent_length, column_or_1d
 
 from fedopt import regularizers as R
-from fedopt.algorithms import Start
+from fedopt.algorithms import Start, canonical
 from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.datasets import from_client_ids, partition
+from fedopt.estimators._gap import dot_transposed
 from fedopt.metrics import natural_map
-from fedopt.problems.base import WEIGHTS, kernel_sample_weights
+from fedopt.problems import LeastSquares
+from fedopt.problems.base import WEIGHTS, client_weights, kernel_sample_weights
 from fedopt.run import run, state_fits
 
 #: The input dtypes the estimators keep: float32 data is fitted in float32 end to end.
@@ -135,7 +137,6 @@ class _FederatedEstimator(BaseEstimator):
                      seed=seed if resume is None else seed + resume.round, x0=x0, eval_every=self.eval_every,
                      metric_gamma=gamma, tol=tol, stop=stop, progress=False, resume=resume, **steps)
         self._state = dataclasses.replace(result.state, env=None)  # what partial_fit continues (no data kept)
-        self._state_algorithm = self.algorithm
         self.n_iter_ = self.n_rounds_ = int(result.state.round - (0 if resume is None else resume.round))
         self.history_ = result.history
         if gap is not None:
@@ -153,7 +154,7 @@ class _FederatedEstimator(BaseEstimator):
     def _resumable(self, problem):
         """The last run's state when the same method can continue it on ``problem`` (same shapes), else None."""
         state = getattr(self, "_state", None)
-        if state is None or getattr(self, "_state_algorithm", None) != self.algorithm:
+        if state is None or state.method != canonical(self.algorithm):
             return None
         return state if state_fits(state, problem) else None
 
@@ -265,43 +266,53 @@ class _FederatedLinear(_FederatedEstimator):
     def _fit_linear(self, model, X, targets, clients, task, base, sample_weight, partial, n_classes=None):
         """Fit ``model`` (a linear problem class) with the penalty ``base`` on the coefficients only.
 
-        With ``fit_intercept`` and dense ``X``, the features are centered on their pooled
-        (weighted) mean ``mu`` first (one more aggregate from the clients): ``X w + b = (X - mu)
-        w + (b + mu w)``, so with a free intercept this changes the coordinates, not the
-        solution, and it spares the method the ill-conditioning that features with large means
-        give the intercept. Sparse ``X`` stays as it is (centering would make it dense).
+        With ``fit_intercept`` and dense ``X``, the features are centered on their mean ``mu``
+        under the objective's row weights ``s_j`` first (one more aggregate from the clients):
+        ``X w + b = (X - mu) w + (b + mu w)`` changes the coordinates, not the solution, and
+        spares the method the ill-conditioning that features with large means give the intercept.
+        Least squares centers ``y`` on its mean ``ybar`` too, as scikit-learn does: the best
+        intercept is then ``ybar - mu w`` for every ``w``, the method fits ``w`` alone, and the
+        intercept's curvature (1, often far above the features') no longer sets the step size.
+        Sparse ``X`` stays as it is (centering would make it dense).
         Returns ``(coef (n_out, d), intercept (n_out,))``.
         """
-        sample_weight = _checked_weights(sample_weight, X)
-        offset = np.zeros(X.shape[1], dtype=X.dtype)
-        if self.fit_intercept and not sp.issparse(X):
-            offset = np.average(X, axis=0, weights=sample_weight).astype(X.dtype)
-            X = X - offset
         seed = self._seed()
         data = self._split(X, targets, clients, task, seed, sample_weight, n_classes)
-        problem = model(data, weights=self.client_weights, fit_intercept=self.fit_intercept, backend=self._backend(X))
+        offset, y_offset = np.zeros(X.shape[1], dtype=X.dtype), 0.0
+        centered = self.fit_intercept and not sp.issparse(X)
+        closed_form = centered and model is LeastSquares  # the best intercept is ybar - mu w
+        if centered:
+            shares = _row_shares(data, self.client_weights)
+            offset = dot_transposed(data.X, shares).astype(X.dtype)
+            data = dataclasses.replace(data, X=_minus(data.X, offset, X))
+            if closed_form:
+                y_offset = float(shares @ data.y)
+                data = dataclasses.replace(data, y=data.y - y_offset)
+        problem = model(data, weights=self.client_weights, fit_intercept=self.fit_intercept and not closed_form,
+                        backend=self._backend(X))
         n_out, d = problem.n_out, X.shape[1]
-        free = range(n_out * d, n_out * (d + 1)) if self.fit_intercept else ()
+        free = range(n_out * d, n_out * (d + 1)) if problem.fit_intercept else ()
         regularizer = _unpenalized(base, problem.n_params, free)
         gamma, lr_local = _linear_steps(problem, regularizer, self.gamma, self.lr_local, self.local_steps)
-        previous = self._previous_vector(n_out, d, offset) if self._previous(partial) else None
+        previous = self._previous_vector(n_out, d, offset, problem.fit_intercept) if self._previous(partial) else None
         self.dual_gap_ = float("nan")  # set by _run where the objective has a duality gap
         x = self._run(problem, regularizer, gamma, lr_local, seed, self._gap(problem, n_out), previous, partial)
         coef = x[: n_out * d].reshape(n_out, d).copy()
-        intercept = x[n_out * d :] - coef @ offset if self.fit_intercept else np.zeros(n_out, dtype=x.dtype)
+        intercept = x[n_out * d :] if problem.fit_intercept else np.full(n_out, y_offset, dtype=x.dtype)
+        intercept = intercept - coef @ offset if self.fit_intercept else np.zeros(n_out, dtype=x.dtype)
         if n_out > 1 and self.fit_intercept:  # softmax: only intercept differences matter; sum 0 as in scikit-learn
             intercept = intercept - intercept.mean()
         return coef, intercept
 
-    def _previous_vector(self, n_out, d, offset):
-        """The fitted ``coef_`` and ``intercept_`` as the flat vector of the centered problem."""
+    def _previous_vector(self, n_out, d, offset, with_intercept):
+        """The fitted ``coef_`` (and ``intercept_`` where the problem has it) as the centered problem's flat vector."""
         coef = np.asarray(self.coef_, dtype=np.float64)
         if coef.size != n_out * d:
             raise ValueError(f"warm_start and partial_fit continue from coef_ of shape {coef.shape}, which does not "
                              f"fit {n_out} output(s) of {d} features; fit again with warm_start=False")
         coef = coef.reshape(n_out, d)
         intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64)) + coef @ offset
-        return np.concatenate([coef.ravel(), intercept]) if self.fit_intercept else coef.ravel()
+        return np.concatenate([coef.ravel(), intercept]) if with_intercept else coef.ravel()
 
     def _gap(self, problem, n_out):
         """None, or ``(gap(x) -> float, scale)``: the duality gap of the federated objective at the
@@ -311,22 +322,32 @@ class _FederatedLinear(_FederatedEstimator):
         if parts is None:
             return None
         data = problem.dataset
-        gap, scale = self._gap_function(data.X, data.y, parts, _row_shares(problem))
+        gap, scale = self._gap_function(data.X, data.y, parts, _row_shares(data, problem.weights),
+                                        problem.fit_intercept)
         d = data.n_features
 
         def of_vector(x):
             x = np.asarray(x, dtype=np.float64)
-            intercept = x[n_out * d :] if self.fit_intercept else np.zeros(n_out)
+            intercept = x[n_out * d :] if problem.fit_intercept else np.zeros(n_out)
             return gap(x[: n_out * d].reshape(n_out, d), intercept)
 
         return of_vector, scale
 
 
-def _row_shares(problem):
-    """``s_j``, each row's weight in ``f = sum_i w_i f_i``: ``w_i / m_i``, or ``w_i s_j / S_i`` with sample weights."""
-    sizes = problem.dataset.client_sizes
-    shares, s = np.repeat(problem.weights / sizes, sizes), kernel_sample_weights(problem.dataset)
+def _row_shares(data, weights):
+    """``s_j``, each row's weight in ``f = sum_i w_i f_i`` (they sum to 1): ``w_i / m_i``, or ``w_i s_j / S_i``
+    with sample weights; ``weights`` are the ``w_i`` or their rule (:func:`~fedopt.problems.base.client_weights`)."""
+    sizes = data.client_sizes
+    shares, s = np.repeat(client_weights(data, weights) / sizes, sizes), kernel_sample_weights(data)
     return shares * s if len(s) else shares
+
+
+def _minus(X, offset, original):
+    """``X - offset``, in place when ``X`` is the split's own copy (not the caller's ``original``)."""
+    if np.shares_memory(X, original):
+        return X - offset
+    X -= offset
+    return X
 
 
 def _checked_weights(sample_weight, X):

@@ -49,7 +49,7 @@ def _dot(X, W):
     return out
 
 
-def _dot_transposed(X, V):
+def dot_transposed(X, V):
     """``X.T @ V`` in float64 (``V`` a vector or a matrix with a row per row of ``X``)."""
     if sp.issparse(X) or X.dtype == np.float64:
         return safe_sparse_dot(X.T, V)
@@ -102,7 +102,7 @@ def least_squares_gap(X, y, coef, intercept, l1, l2, fit_intercept, shares):
     primal = 0.5 * float(shares @ (r * r)) + _penalty(coef, l1, l2)
     rc = r - float(shares @ r) if fit_intercept else r
     weighted = shares * rc
-    scale, conjugate = _penalty_conjugate(_dot_transposed(X, weighted), l1, l2)
+    scale, conjugate = _penalty_conjugate(dot_transposed(X, weighted), l1, l2)
     dual = scale * float(weighted @ y) - 0.5 * scale * scale * float(weighted @ rc) - conjugate
     return primal - dual
 
@@ -182,7 +182,7 @@ def logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, shares):
     P = _balanced_probabilities(Z, shares, shares @ Y) if fit_intercept else softmax(Z, axis=1)
     R = P - Y
     outputs = R[:, 1:] if coef.shape[0] == 1 else R  # the columns that coef parametrises
-    G = _dot_transposed(X, shares[:, None] * outputs).T
+    G = dot_transposed(X, shares[:, None] * outputs).T
     scale, conjugate = _penalty_conjugate(G, l1, l2)
     Q = Y + scale * R
     return primal + float(shares @ xlogy(Q, Q).sum(axis=1)) + conjugate
