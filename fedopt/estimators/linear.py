@@ -112,7 +112,7 @@ class FederatedLasso(_FederatedRegressor):
         The default is below scikit-learn's ``1e-4`` because its coordinate descent ends far
         below its bound: on the diabetes data it stops at a gap of ``8.5e-6 ||y - mean(y)||^2
         / n_samples``, with coefficients 0.03 from the exact solution; this default stops at
-        ``1e-7``, 0.0002 from it, after 60 rounds (4 clients). With ``alpha = 0`` (no
+        ``1e-7``, 0.0002 from it, after 60-70 rounds (4 clients). With ``alpha = 0`` (no
         dual bound) the rule is relative stationarity: ``||F_nat(x)||^2 <= tol *
         ||F_nat(x_0)||^2`` (see the module docstring). A float32 fit uses ``max(tol, 1e-5)``:
         float32 arithmetic leaves the gap at about ``3e-6`` of the yardstick.
