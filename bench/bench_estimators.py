@@ -137,8 +137,8 @@ FITS = {  # name: (data, our estimator, scikit-learn's)
                        lambda: Lasso(0.1)),
     "diabetes-50-rows-lasso": (lambda: tuple(a[:50] for a in load_diabetes(return_X_y=True)),
                                lambda: FederatedLasso(0.1, n_clients=4, random_state=0), lambda: Lasso(0.1)),
-    "diabetes-elasticnet": (lambda: load_diabetes(return_X_y=True), lambda: FederatedElasticNet(0.01, n_clients=4, random_state=0),
-                            lambda: ElasticNet(0.01)),
+    "diabetes-elasticnet": (lambda: load_diabetes(return_X_y=True),
+                            lambda: FederatedElasticNet(0.01, n_clients=4, random_state=0), lambda: ElasticNet(0.01)),
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 import sklearn
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import ElasticNet, LogisticRegression
+from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression
 from sklearn.model_selection import GridSearchCV, GroupKFold
 from sklearn.preprocessing import StandardScaler
 
@@ -114,6 +114,10 @@ def test_uniform_client_weights_equal_sample_weights_of_one_over_the_client_size
     samples = FederatedLasso(0.1, tol=1e-12, random_state=0).fit(X, y, clients=clients)
     np.testing.assert_allclose(uniform.coef_, weighted.coef_, rtol=1e-6, atol=1e-6)
     assert np.abs(uniform.coef_ - samples.coef_).max() > 1.0  # another objective
+    # the means that center X and y carry the same weights: scikit-learn's solution, intercept included
+    exact = Lasso(alpha=0.1, tol=1e-14, max_iter=1_000_000).fit(X, y, sample_weight=1.0 / sizes[clients])
+    np.testing.assert_allclose(uniform.coef_, exact.coef_, atol=1e-5)
+    assert uniform.intercept_ == pytest.approx(exact.intercept_, abs=1e-5)
 
 
 # ---- warm_start and partial_fit ------------------------------------------------------------------
