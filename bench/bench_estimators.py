@@ -22,6 +22,10 @@ gap's time before).
 ``1e-4`` of its yardstick). On dense ``X`` they fit the intercept in closed form; before, it was
 a model coordinate whose curvature set the step size (2 560 rounds on the diabetes data).
 
+``test_sparse_against_dense_fit`` fits one-hot features shaped like a9a (5 000 x 123, 11 %
+nonzero) as CSR and as a dense array, in turns: sparse ``X`` is not centered, so its features'
+means couple the intercept to the coefficients (the estimators' docstrings quote the rounds).
+
 Nothing is asserted on timings. Run from the repository root::
 
     .venv/bin/python -m pytest bench/bench_estimators.py --benchmark-enable --benchmark-only -q -s
@@ -34,6 +38,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.datasets import load_diabetes, load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import ElasticNet, Lasso
@@ -165,3 +170,44 @@ def test_regressor_fit_to_tol(benchmark, name):
     print(f"\n{name}: {fitted.n_iter_} rounds{'' if converged else ' (NOT converged)'}, {best * 1e3:.1f} ms, "
           f"scikit-learn {peer * 1e3:.2f} ms: x sklearn {best / peer:.1f} ({cpu_model()}, {host_cpu_name()})")
     assert fitted.n_iter_ > 0
+
+
+def _one_hot_a9a_shaped(n=5_000, seed=0):
+    """Binary one-hot features of 14 categorical columns (123 in all, as a9a's) and labels of a
+    logistic model with an intercept of -1; also a real-valued target of the same margins."""
+    rng = np.random.default_rng(seed)
+    levels = [8, 16, 7, 14, 6, 5, 2, 10, 12, 9, 11, 7, 9, 7]
+    starts = np.cumsum([0, *levels[:-1]])
+    columns = np.stack([start + rng.choice(k, size=n, p=rng.dirichlet(np.full(k, 0.7)))
+                        for start, k in zip(starts, levels, strict=True)], axis=1)
+    X = sp.csr_matrix((np.ones(columns.size), (np.repeat(np.arange(n), len(levels)), columns.ravel())),
+                      shape=(n, sum(levels)))
+    margins = X @ rng.standard_normal(X.shape[1]) - 1.0
+    return X, (rng.random(n) < 1 / (1 + np.exp(-margins))).astype(int), margins
+
+
+@pytest.mark.parametrize("estimator", ["lasso", "logistic"])
+def test_sparse_against_dense_fit(benchmark, estimator):
+    X, labels, margins = _one_hot_a9a_shaped()
+    make, y = ((lambda: FederatedLasso(1e-3, random_state=0), margins) if estimator == "lasso" else
+               (lambda: FederatedLogisticRegression(1e-3, random_state=0), labels))
+    dense = X.toarray()
+
+    def fit(features):
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # CSR least squares: 10 000 rounds are not enough
+            fitted = make().fit(features, y)
+        return fitted.n_iter_, time.perf_counter() - start
+
+    fit(X), fit(dense)  # compile
+    sparse_fits, dense_fits = [], []
+    benchmark.pedantic(lambda: sparse_fits.append(fit(X)), setup=lambda: dense_fits.append(fit(dense)), rounds=2,
+                       iterations=1)
+    (sparse_rounds, _), (dense_rounds, _) = sparse_fits[-1], dense_fits[-1]
+    sparse_s, dense_s = min(s for _, s in sparse_fits), min(s for _, s in dense_fits)
+    benchmark.extra_info.update(sparse_rounds=sparse_rounds, dense_rounds=dense_rounds, sparse_s=sparse_s,
+                                dense_s=dense_s, cpu_model=cpu_model(), host_cpu=host_cpu_name())
+    print(f"\n{estimator} on a9a-shaped one-hot features: CSR {sparse_rounds} rounds {sparse_s:.2f} s, dense "
+          f"{dense_rounds} rounds {dense_s:.2f} s ({cpu_model()}, {host_cpu_name()})")
+    assert sparse_rounds > 0 and dense_rounds > 0
