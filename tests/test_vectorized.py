@@ -3,9 +3,9 @@
 A loop that stays scalar is still correct, so only its machine code shows it: a wraparound
 select on a possibly negative index once kept every separable prox scalar on AVX-512 (8x
 slower). The checks look for packed arithmetic (``subpd``, ``mulps``, ``vmaxpd``, ...), which
-scalar code never uses: in each kind's loop of ``_prox_tile`` compiled alone (the kind a
-constant, so that a branch, a call or an index check in its body that blocks vectorization
-shows), and in the kernels as the library compiles them.
+scalar code never uses: in each kind's loops of ``_prox_tiles_of`` compiled alone, in place and
+not (the kind a literal, so that a branch, a call or an index check in its body that blocks
+vectorization shows), and in the kernels as the library compiles them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import re
 import numba
 import numpy as np
 import pytest
+from numba import types
 
 from fedopt import kernels as K
 from fedopt.kernels.cpu import elementwise
@@ -24,33 +25,45 @@ pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "am
                                 reason="checks x86-64 instructions")
 
 PACKED = re.compile(r"\bv?(sub|mul|max|min)p[sd]\b")
-KINDS = {"soft": K.SOFT, "soft_weighted": K.SOFT_WEIGHTED, "clip": K.CLIP, "clip_vector": K.CLIP_VECTOR,
-         "mcp": K.MCP, "scad": K.SCAD}
+KINDS = {"soft": K.SOFT, "soft_weighted": K.SOFT_WEIGHTED, "soft_masked": K.SOFT_MASKED, "clip": K.CLIP,
+         "clip_vector": K.CLIP_VECTOR, "mcp": K.MCP, "scad": K.SCAD, "mcp_weighted": K.MCP_WEIGHTED,
+         "scad_weighted": K.SCAD_WEIGHTED}
+MATRIX, VECTOR, INDEX = types.float64[:, ::1], types.float64[::1], types.intp
 
 
-def _tile_of(kind):
-    @numba.njit(cache=False, error_model="numpy")
-    def tile(theta, w, z, out):
-        elementwise._prox_tile(kind, theta, w, z, 0, z.shape[0], 0, z.shape[1], out)
+def _assembly_alone(helper, *argument_types):
+    """The machine code of an inlined helper of :mod:`~fedopt.kernels.cpu.elementwise` compiled on its
+    own, fresh (uncached), for these argument types. Literal ones (the prox kind, ``in_place``) let
+    Numba prune the other branches before it compiles: about 1.2 s a variant, where the helper
+    inlined into a caller that passes a constant took 7-8 s (Numba copies a big callee's IR per call)."""
+    compiled = numba.njit(cache=False, error_model="numpy")(helper.py_func)
+    compiled.compile(argument_types)
+    return "\n".join(compiled.inspect_asm().values())
 
-    return tile
+
+def _prox_loops(kind, in_place):
+    """The float64 loops of one prox kind: ``_prox_tiles_of(kind, theta, w, src, i0, i1, j0, j1, dst, in_place)``."""
+    return _assembly_alone(elementwise._prox_tiles_of, types.IntegerLiteral(kind), VECTOR, MATRIX, MATRIX, INDEX,
+                           INDEX, INDEX, INDEX, MATRIX, types.BooleanLiteral(in_place))
 
 
+def test_a_pruned_kind_leaves_no_packed_arithmetic():
+    """What makes the checks below specific to their kind: IDENTITY's loop copies (no arithmetic), and
+    with the kind a literal no other kind's loop is compiled in."""
+    assert not PACKED.search(_prox_loops(K.IDENTITY, False))
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
 @pytest.mark.parametrize("name", list(KINDS))
-def test_separable_prox_loops_are_vectorized(name, dtype=np.float64):  # float32: in the kernels' test below
-    tile = _tile_of(KINDS[name])
-    z = np.linspace(-2, 2, 64, dtype=dtype).reshape(2, 32)
-    theta, w = np.array([0.5, 1.5, 1.2, 0.7, 1.1], dtype), np.ones((2, 32), dtype)
-    tile(theta, w, z, np.empty_like(z))
-    assembly = "\n".join(tile.inspect_asm().values())
-    assert PACKED.search(assembly), f"the {name} loop compiled without packed arithmetic"
+def test_separable_prox_loops_are_vectorized(name, in_place):  # float64; float32 in the kernels' test below
+    assert PACKED.search(_prox_loops(KINDS[name], in_place)), f"the {name} loop compiled without packed arithmetic"
 
 
-def test_normal_map_step_loop_is_vectorized():
-    z = np.ones((2, 32))
-    step = numba.njit(cache=False, error_model="numpy")(elementwise._step_rows.py_func)  # a fresh, uncached copy
-    step(z, z, z, z[0], z[0], 0.1, 2.0, 0, 2, 0, 32, np.empty_like(z), True, np.array([0.5, 1.0]), np.empty_like(z))
-    assembly = "\n".join(step.inspect_asm().values())
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
+def test_normal_map_step_loop_is_vectorized(in_place):
+    assembly = _assembly_alone(elementwise._step_rows_of, MATRIX, MATRIX, MATRIX, VECTOR, VECTOR, types.float64,
+                               types.float64, INDEX, INDEX, INDEX, INDEX, MATRIX, types.boolean, VECTOR, MATRIX,
+                               types.BooleanLiteral(in_place))
     assert PACKED.search(assembly), "the normal-map step compiled without packed arithmetic"
 
 
