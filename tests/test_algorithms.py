@@ -190,6 +190,11 @@ def test_invalid_hyperparameters_are_refused_before_any_work():
         fedopt.run("fedavg", problem, L1(0.1), local_steps=0)
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         fedopt.run("fedavg", problem, L1(0.1), batch_size=0)
+    for wrong in ({"lr_local": [0.1, 0.5]}, {"lr_local": "fast"}, {"local_steps": [5, 10]}, {"batch_size": (8,)}):
+        name, value = next(iter(wrong.items()))  # NumPy's float() or int() error named no argument
+        with pytest.raises(ValueError, match=f"{name} must be") as error:
+            fedopt.run("fednmap", problem, L1(0.1), **wrong)
+        assert ("run_batch takes a list" in str(error.value)) == isinstance(value, list | tuple)
     with pytest.raises(ValueError, match="scaffold is for smooth problems"):
         fedopt.run("scaffold", problem, L1(0.1))
     with pytest.raises(ValueError, match="rounds must be an integer"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -104,10 +105,32 @@ def _per_client(value, n_clients: int) -> bool:
 
 
 def _positive(name, value):
-    value = float(value)
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}{_LIST_HINT if _is_list(value) else ''}")
+    return number
+
+
+def _is_list(value) -> bool:
+    return isinstance(value, list | tuple | np.ndarray)
+
+
+#: Why a list is refused where one run takes one value.
+_LIST_HINT = (" (one run takes one value: fedopt.run_batch takes a list, one value per run, and an experiment "
+              "file a [[grid]] axis)")
+
+
+def _count(name, value, none: str = "") -> int | None:
+    """``value`` checked as an integer >= 1 (None allowed when ``none`` says what it means)."""
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 1:
+        hint = _LIST_HINT if _is_list(value) else ""
+        raise ValueError(f"{name} must be an integer >= 1{', or None ' + none if none else ''}; got {value!r}{hint}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -133,13 +156,9 @@ class Algorithm:
         for name in self.positive:
             object.__setattr__(self, name, _positive(name, getattr(self, name)))
         if hasattr(self, "local_steps"):
-            steps = self.local_steps
-            if isinstance(steps, bool) or int(steps) != steps or steps < 1:
-                raise ValueError(f"local_steps must be an integer >= 1, got {steps!r}")
-            object.__setattr__(self, "local_steps", int(steps))
-        batch = getattr(self, "batch_size", None)
-        if batch is not None and (isinstance(batch, bool) or int(batch) != batch or batch < 1):
-            raise ValueError(f"batch_size must be an integer >= 1, or None for full local gradients; got {batch!r}")
+            object.__setattr__(self, "local_steps", _count("local_steps", self.local_steps))
+        if hasattr(self, "batch_size"):
+            object.__setattr__(self, "batch_size", _count("batch_size", self.batch_size, "for full local gradients"))
 
     # ---- what a method defines
     def batch_refusal(self) -> str | None:
