@@ -1,6 +1,7 @@
 """Estimator fits: penalties other than l1 on the fused local steps, and the duality gap of float32 features.
 
-The estimators leave the intercepts unpenalized, so they regularize with ``Masked(base, mask)``.
+The estimators leave the intercepts unpenalized, so they regularize with ``Masked(base, mask)``
+(the least-squares ones on sparse X only: the diabetes cases pass it as CSR).
 With an l2 part (``FederatedElasticNet``, ``FederatedLogisticRegression`` with penalty ``"l2"`` or
 ``"elasticnet"``) the prox shrinks the masked coordinates only (kernel ``SOFT_MASKED``); MCP and
 SCAD (``FederatedSparseRegressor``, ``penalty="mcp"`` or ``"scad"``) weight ``lam`` by the mask
@@ -61,8 +62,9 @@ def _digits():
 
 
 def _diabetes():
+    """As CSR: on dense X the least-squares estimators fit the intercept in closed form, without ``Masked``."""
     X, y = load_diabetes(return_X_y=True)
-    return X, y, (y > y.mean()).astype(int) + 2 * (X[:, 0] > 0)  # 4 clients
+    return sp.csr_matrix(X), y, (y > y.mean()).astype(int) + 2 * (X[:, 0] > 0)  # 4 clients
 
 
 CASES = {  # name: (data, the estimator with an l2 part, the same with l1 only)

@@ -25,6 +25,7 @@ import numpy as np
 
 from fedopt import kernels as K
 from fedopt._backend import Backend, backend_for
+from fedopt._checks import real
 from fedopt.kernels.reference import row_scales
 
 _NO_ROWS = {}  # (backend name, dtype) -> an empty (0, 0) array, the "absent" marker of the kernels
@@ -35,20 +36,6 @@ def _empty(backend: Backend, dtype) -> Any:
     if key not in _NO_ROWS:
         _NO_ROWS[key] = backend.xp.empty((0, 0), dtype=dtype)
     return _NO_ROWS[key]
-
-
-def _nonnegative(name: str, value) -> float:
-    value = float(value)
-    if not (value >= 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return value
-
-
-def _positive(name: str, value) -> float:
-    value = float(value)
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return value
 
 
 def _group_labels(groups) -> np.ndarray:
@@ -197,7 +184,7 @@ class Regularizer:
         parameter. Returns ``(z_new, x_new)``.
         """
         gamma = self.check_step(gamma, "gamma")
-        lr = _positive("lr", lr)
+        lr = real("lr", lr, strict=True)
         bk = backend_for(z, backend)
         z = bk.asarray(z)
         dtype = z.dtype
@@ -290,7 +277,7 @@ class L1(Regularizer):
     name: ClassVar[str] = "l1"
 
     def __post_init__(self):
-        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        object.__setattr__(self, "lam", real("lam", self.lam))
         if self.weights is not None:
             w = _vector_or_scalar("weights", self.weights)
             if np.any(np.asarray(w) < 0):
@@ -326,8 +313,8 @@ class ElasticNet(Regularizer):
     name: ClassVar[str] = "elasticnet"
 
     def __post_init__(self):
-        object.__setattr__(self, "l1", _nonnegative("l1", self.l1))
-        object.__setattr__(self, "l2", _nonnegative("l2", self.l2))
+        object.__setattr__(self, "l1", real("l1", self.l1))
+        object.__setattr__(self, "l2", real("l2", self.l2))
 
     def _values(self, x, tol):
         return self.l1 * np.abs(x).sum(axis=1) + 0.5 * self.l2 * (x * x).sum(axis=1)
@@ -355,7 +342,7 @@ class GroupLasso(Regularizer):
     name: ClassVar[str] = "group_lasso"
 
     def __post_init__(self):
-        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        object.__setattr__(self, "lam", real("lam", self.lam))
         if np.isscalar(self.groups) or getattr(self.groups, "ndim", None) == 0:
             size = int(self.groups)
             if size != self.groups or size < 1:
@@ -488,7 +475,7 @@ class L2Ball(Regularizer):
     name: ClassVar[str] = "l2_ball"
 
     def __post_init__(self):
-        object.__setattr__(self, "radius", _positive("radius", self.radius))
+        object.__setattr__(self, "radius", real("radius", self.radius, strict=True))
         if self.center is not None:
             center = np.array(self.center, dtype=np.float64, ndmin=1)
             if center.ndim != 1 or not np.all(np.isfinite(center)):
@@ -519,7 +506,7 @@ class L1Ball(Regularizer):
     name: ClassVar[str] = "l1_ball"
 
     def __post_init__(self):
-        object.__setattr__(self, "radius", _positive("radius", self.radius))
+        object.__setattr__(self, "radius", real("radius", self.radius, strict=True))
 
     def _values(self, x, tol):
         return np.where(np.abs(x).sum(axis=1) <= self.radius * (1 + tol), 0.0, np.inf)
@@ -536,7 +523,7 @@ class Simplex(Regularizer):
     name: ClassVar[str] = "simplex"
 
     def __post_init__(self):
-        object.__setattr__(self, "radius", _positive("radius", self.radius))
+        object.__setattr__(self, "radius", real("radius", self.radius, strict=True))
 
     def _values(self, x, tol):
         tol = tol * max(1.0, self.radius)
@@ -562,8 +549,8 @@ class MCP(Regularizer):
     name: ClassVar[str] = "mcp"
 
     def __post_init__(self):
-        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
-        object.__setattr__(self, "gamma", _positive("gamma", self.gamma))
+        object.__setattr__(self, "lam", real("lam", self.lam))
+        object.__setattr__(self, "gamma", real("gamma", self.gamma, strict=True))
 
     @property
     def weak_convexity(self):
@@ -594,7 +581,7 @@ class SCAD(Regularizer):
     name: ClassVar[str] = "scad"
 
     def __post_init__(self):
-        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        object.__setattr__(self, "lam", real("lam", self.lam))
         a = float(self.a)
         if not (a > 2 and math.isfinite(a)):
             raise ValueError(f"a must be a finite number > 2, got {self.a!r}")
@@ -630,7 +617,7 @@ class Nuclear(Regularizer):
     name: ClassVar[str] = "nuclear"
 
     def __post_init__(self):
-        object.__setattr__(self, "lam", _nonnegative("lam", self.lam))
+        object.__setattr__(self, "lam", real("lam", self.lam))
         shape = tuple(int(s) for s in np.atleast_1d(self.shape))
         if len(shape) != 2 or min(shape) < 1 or shape != tuple(np.atleast_1d(self.shape)):
             raise ValueError(f"shape must be a pair of positive integers (m, k), got {self.shape!r}")

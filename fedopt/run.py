@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 
 from fedopt import algorithms
+from fedopt._checks import count
 from fedopt.algorithms.base import Algorithm, Env, Start, State, cohort_size
 from fedopt.kernels.reference import array_module
 
@@ -511,7 +512,7 @@ def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, 
     if tol is not None and not (float(tol) >= 0 and math.isfinite(float(tol))):
         raise ValueError(f"tol must be a finite number >= 0 or None, got {tol!r}")
     rule = Divergence.parse(divergence)
-    return _count("rounds", rounds, minimum=0), _count("eval_every", eval_every, minimum=1), rule
+    return count("rounds", rounds, minimum=0), count("eval_every", eval_every), rule
 
 
 def divergence_error(name: str, what: str, kind: str, result: Result) -> DivergenceError:
@@ -530,12 +531,6 @@ def divergence_error(name: str, what: str, kind: str, result: Result) -> Diverge
     error = DivergenceError(f"{name} {verdict}: {what}. To fix it, {fix} or check the data; {advice}", result, kind)
     result.error = error
     return error
-
-
-def _count(name, value, minimum):
-    if isinstance(value, bool) or int(value) != value or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 __all__ = ["COLUMNS", "PRE_PROX_COLUMNS", "STALLED", "Divergence", "DivergenceError", "History", "Result",

@@ -34,9 +34,11 @@ NAN, INF = math.nan, math.inf
     ],
     ids=["l1", "enet_l1", "enet_l2", "group", "mcp", "scad", "nuclear"],
 )
-@pytest.mark.parametrize("bad", [-1.0, -1e-300, NAN, INF], ids=["negative", "tiny_negative", "nan", "inf"])
+@pytest.mark.parametrize("bad", [-1.0, -1e-300, NAN, INF, "strong", [1.0, 2.0]],
+                         ids=["negative", "tiny_negative", "nan", "inf", "text", "list"])
 def test_bad_strength_is_refused(build, argument, bad):
-    """Negative, NaN or infinite strengths raise a ValueError naming the strength."""
+    """Negative, NaN, infinite or non-numeric strengths raise a ValueError naming the strength (float()'s
+    own error named none)."""
     with pytest.raises(ValueError, match=rf"^{argument} must be a finite number >= 0"):
         build(bad)
 

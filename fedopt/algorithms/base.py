@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-import math
-import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
+
+from fedopt._checks import count, real
 
 
 @dataclass(frozen=True)
@@ -104,33 +104,12 @@ def _per_client(value, n_clients: int) -> bool:
     return getattr(value, "ndim", 0) == 2 and value.shape[0] == n_clients
 
 
-def _positive(name, value):
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not (number > 0 and math.isfinite(number)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}{_LIST_HINT if _is_list(value) else ''}")
-    return number
-
-
-def _is_list(value) -> bool:
-    return isinstance(value, list | tuple | np.ndarray)
-
-
-#: Why a list is refused where one run takes one value.
-_LIST_HINT = (" (one run takes one value: fedopt.run_batch takes a list, one value per run, and an experiment "
-              "file a [[grid]] axis)")
-
-
-def _count(name, value, none: str = "") -> int | None:
-    """``value`` checked as an integer >= 1 (None allowed when ``none`` says what it means)."""
-    if value is None and none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 1:
-        hint = _LIST_HINT if _is_list(value) else ""
-        raise ValueError(f"{name} must be an integer >= 1{', or None ' + none if none else ''}; got {value!r}{hint}")
-    return int(value)
+def _list_hint(value) -> str:
+    """What to say of a list where one run takes one value."""
+    if isinstance(value, list | tuple | np.ndarray):
+        return (" (one run takes one value: fedopt.run_batch takes a list, one value per run, and an "
+                "experiment file a [[grid]] axis)")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -154,11 +133,14 @@ class Algorithm:
 
     def __post_init__(self):
         for name in self.positive:
-            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+            value = getattr(self, name)
+            object.__setattr__(self, name, real(name, value, strict=True, hint=_list_hint(value)))
         if hasattr(self, "local_steps"):
-            object.__setattr__(self, "local_steps", _count("local_steps", self.local_steps))
+            object.__setattr__(self, "local_steps",
+                               count("local_steps", self.local_steps, hint=_list_hint(self.local_steps)))
         if hasattr(self, "batch_size"):
-            object.__setattr__(self, "batch_size", _count("batch_size", self.batch_size, "for full local gradients"))
+            object.__setattr__(self, "batch_size", count("batch_size", self.batch_size, none="for full local gradients",
+                                                         hint=_list_hint(self.batch_size)))
 
     # ---- what a method defines
     def batch_refusal(self) -> str | None:

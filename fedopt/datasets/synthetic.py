@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedopt._checks import count
 from fedopt.datasets._dataset import FederatedDataset
 from fedopt.datasets.loaders import _as_pixels, _pixel_storage
 
@@ -23,12 +24,6 @@ from fedopt.datasets.partition import partition as _split
 def _streams(seed):
     """Two independent generators from one seed: one draws the data, the other partitions it."""
     return np.random.default_rng(seed).spawn(2)
-
-
-def _check_count(value, name: str, low: int = 1) -> int:
-    if isinstance(value, bool) or int(value) != value or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 # --------------------------------------------------------------------------- sparse regression
@@ -67,9 +62,9 @@ def make_sparse_regression(n_samples: int = 1000, n_features: int = 100, n_infor
     can recover the support), so with unit-variance columns and small noise every informative
     feature stands out from the noise.
     """
-    n_samples = _check_count(n_samples, "n_samples")
-    n_features = _check_count(n_features, "n_features")
-    n_informative = _check_count(n_informative, "n_informative")
+    n_samples = count("n_samples", n_samples)
+    n_features = count("n_features", n_features)
+    n_informative = count("n_informative", n_informative)
     if n_informative > n_features:
         raise ValueError(f"n_informative={n_informative} is more than n_features={n_features}; "
                          "lower n_informative or add features")
@@ -128,7 +123,7 @@ def make_classification(n_samples: int = 1000, n_features: int = 20, n_classes: 
                          f"{', '.join(_SKLEARN_CLASSIFICATION_OPTIONS + _PARTITION_OPTIONS)}")
     generator = {k: v for k, v in options.items() if k in _SKLEARN_CLASSIFICATION_OPTIONS}
     splitter = {k: v for k, v in options.items() if k in _PARTITION_OPTIONS}
-    n_features = _check_count(n_features, "n_features")
+    n_features = count("n_features", n_features)
     generator.setdefault("n_informative", min(n_features, max(2, n_features // 2)))
     generator.setdefault("n_redundant", max(0, min(2, n_features - generator["n_informative"]
                                                    - generator.get("n_repeated", 0))))
@@ -231,13 +226,13 @@ def make_fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, n_clients: int
     chunk by chunk too: a million clients of 20 samples in 20 dimensions, in float32, take about
     the 1.6 GB of their features.
     """
-    n_clients = _check_count(n_clients, "n_clients")
-    n_features = _check_count(n_features, "n_features")
-    n_classes = _check_count(n_classes, "n_classes", low=2)
-    min_samples = _check_count(min_samples, "min_samples", low=2 if test_size else 1)
-    max_samples = _check_count(max_samples, "max_samples", low=min_samples)
+    n_clients = count("n_clients", n_clients)
+    n_features = count("n_features", n_features)
+    n_classes = count("n_classes", n_classes, 2)
+    min_samples = count("min_samples", min_samples, 2 if test_size else 1)
+    max_samples = count("max_samples", max_samples, min_samples)
     if samples_per_client is not None:
-        samples_per_client = _check_count(samples_per_client, "samples_per_client", low=2 if test_size else 1)
+        samples_per_client = count("samples_per_client", samples_per_client, 2 if test_size else 1)
     for value, name in ((alpha, "alpha"), (beta, "beta")):
         if not (value >= 0 and np.isfinite(value)):
             raise ValueError(f"{name} must be a finite variance >= 0, got {value!r}")
@@ -392,8 +387,8 @@ def make_mnist_like(n_samples: int = 6000, n_clients: int = 10, partition: str =
     FederatedDataset
         ``info["templates"]`` holds the unshifted class templates as uint8 rows ``(n_classes, 784)``.
     """
-    n_samples = _check_count(n_samples, "n_samples")
-    n_classes = _check_count(n_classes, "n_classes", low=2)
+    n_samples = count("n_samples", n_samples)
+    n_classes = count("n_classes", n_classes, 2)
     if n_samples < n_classes:
         raise ValueError(f"n_samples={n_samples} is fewer than n_classes={n_classes}; give every class a sample")
     store, scale = _pixel_storage(options.pop("dtype", "uint8"))

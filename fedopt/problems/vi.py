@@ -37,20 +37,8 @@ from typing import ClassVar
 import numpy as np
 
 from fedopt._backend import Backend, canonical_dtype, get_backend
+from fedopt._checks import count, real
 from fedopt.problems._arguments import PointArguments
-
-
-def _check(name, value, low=0.0, strict=False):
-    value = float(value)
-    if not math.isfinite(value) or value < low or (strict and value == low):
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}")
-    return value
-
-
-def _count(name, value, minimum=1):
-    if isinstance(value, bool) or int(value) != value or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _unit_shifts(n_clients: int, p: int, rng: np.random.Generator) -> np.ndarray:
@@ -110,9 +98,9 @@ class VIProblem(PointArguments):
 
     def __init__(self, n_clients=8, sigma=0.0, heterogeneity=0.0, radius=None, seed=0, dtype="float64",
                  backend="auto"):
-        self.n_clients = _count("n_clients", n_clients)
-        self.sigma = _check("sigma", sigma)
-        self.heterogeneity = _check("heterogeneity", heterogeneity)
+        self.n_clients = count("n_clients", n_clients)
+        self.sigma = real("sigma", sigma)
+        self.heterogeneity = real("heterogeneity", heterogeneity)
         self.seed = int(seed)
         self.dtype = canonical_dtype(np.dtype(dtype))
         self.backend = get_backend(backend)
@@ -127,7 +115,7 @@ class VIProblem(PointArguments):
         self.shifts = shifts
         self._device_shifts = None if shifts is None else self.backend.asarray(shifts, dtype=self.dtype)
         self._solutions: dict = {}
-        self._radius = None if radius is None else _check("radius", radius, strict=True)
+        self._radius = None if radius is None else real("radius", radius, strict=True)
 
     # ------------------------------------------------------------------ what subclasses define
     @property
@@ -374,8 +362,8 @@ class BilinearGame(QuadraticSaddle):
     name = "bilinear_game"
 
     def __init__(self, dim=50, min_singular=0.1, **options):
-        self.dim = _count("dim", dim)
-        self.min_singular = _check("min_singular", min_singular, strict=True)
+        self.dim = count("dim", dim)
+        self.min_singular = real("min_singular", min_singular, strict=True)
         super().__init__(**options)
         self._options.update(dim=dim, min_singular=min_singular)
 
@@ -397,10 +385,10 @@ class QuadraticGame(QuadraticSaddle):
     name = "quadratic_game"
 
     def __init__(self, dim=50, mu=0.1, coupling=1.0, min_singular=0.1, **options):
-        self.dim = _count("dim", dim)
-        self.mu = _check("mu", mu)
-        self.coupling = _check("coupling", coupling)
-        self.min_singular = _check("min_singular", min_singular, strict=True)
+        self.dim = count("dim", dim)
+        self.mu = real("mu", mu)
+        self.coupling = real("coupling", coupling)
+        self.min_singular = real("min_singular", min_singular, strict=True)
         if self.mu == 0 and self.coupling == 0:
             raise ValueError("mu = 0 with coupling = 0 has no unique solution; make one of them > 0")
         super().__init__(**options)
@@ -430,11 +418,11 @@ class RobustLeastSquares(QuadraticSaddle):
     name = "robust_least_squares"
 
     def __init__(self, n_samples=40, n_features=10, lam=3.0, **options):
-        self.n_samples = _count("n_samples", n_samples)
-        self.n_features = _count("n_features", n_features)
+        self.n_samples = count("n_samples", n_samples)
+        self.n_features = count("n_features", n_features)
         if self.n_samples < self.n_features:
             raise ValueError(f"n_samples must be >= n_features (a unique fit), got {n_samples} < {n_features}")
-        self.lam = _check("lam", lam, low=1.0, strict=True)
+        self.lam = real("lam", lam, low=1.0, strict=True)
         super().__init__(**options)
         self._options.update(n_samples=n_samples, n_features=n_features, lam=lam)
 
@@ -460,8 +448,8 @@ class L1BilinearGame(QuadraticSaddle):
     def __init__(self, n_x=40, n_y=20, lam=0.1, **options):
         from fedopt.regularizers import L1
 
-        self._shape = (_count("n_y", n_y), _count("n_x", n_x))
-        self.lam = _check("lam", lam, strict=True)
+        self._shape = (count("n_y", n_y), count("n_x", n_x))
+        self.lam = real("lam", lam, strict=True)
         self.regularizer = L1(self.lam)
         super().__init__(**options)
         self._options.update(n_x=n_x, n_y=n_y, lam=lam)
@@ -488,9 +476,9 @@ class SmoothGame(BilinearGame):
     is_affine = False
 
     def __init__(self, dim=20, n_samples=200, scale=1.0, mu=0.0, min_singular=0.1, **options):
-        self.n_samples = _count("n_samples", n_samples)
-        self.scale = _check("scale", scale)
-        self.mu = _check("mu", mu)
+        self.n_samples = count("n_samples", n_samples)
+        self.scale = real("scale", scale)
+        self.mu = real("mu", mu)
         super().__init__(dim=dim, min_singular=min_singular, **options)
         self._options.update(n_samples=n_samples, scale=scale, mu=mu)
 

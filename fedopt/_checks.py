@@ -1,0 +1,31 @@
+"""Checks of scalar arguments, shared by every layer: each error names the argument and the values
+it takes, whatever the wrong value is (a list, a string, NaN), where ``float()`` or ``int()``
+would raise an error that names no argument."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def real(name: str, value, low: float = 0.0, *, strict: bool = False, hint: str = "") -> float:
+    """``value`` as a finite float ``>= low`` (``> low`` when ``strict``); ``hint`` ends the error."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and (number > low if strict else number >= low)):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}{hint}")
+    return number
+
+
+def count(name: str, value, minimum: int = 1, *, none: str = "", hint: str = "") -> int | None:
+    """``value`` as an integer ``>= minimum``; None passes when ``none`` says what it means."""
+    if value is None and none:
+        return None
+    whole = (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+             and int(value) == value)
+    if not (whole and value >= minimum):
+        allowed = f", or None {none}" if none else ""
+        raise ValueError(f"{name} must be an integer >= {minimum}{allowed}, got {value!r}{hint}")
+    return int(value)
