@@ -217,6 +217,16 @@ def test_tol_stops_early_and_max_rounds_warns():
     assert est.n_rounds_ == 3
 
 
+@pytest.mark.parametrize("method", ["fedcanon", "fedavg", "fedmid", "fedda"])
+def test_a_method_with_a_biased_fixed_point_is_named_when_it_does_not_converge(method):
+    X, y, _ = regression()
+    est = FederatedLasso(0.1, algorithm=method, partition="sorted", max_rounds=300, eval_every=100)
+    with pytest.warns(ConvergenceWarning, match=f"{method} may settle short of the solution: .* fednmap, zhang"):
+        est.fit(X, y)
+    fednmap = FederatedLasso(0.1, partition="sorted", max_rounds=300, eval_every=100).fit(X, y)
+    assert est.dual_gap_ > 1e3 * fednmap.dual_gap_  # the bias, not slowness: FedNMap converges in these rounds
+
+
 # ---- clients, composition, persistence ----------------------------------------------------------
 
 
@@ -269,6 +279,9 @@ def test_invalid_parameters_raise_value_errors():
             FederatedLogisticRegression(**params).fit(X, y)
     with pytest.raises(ValueError, match="at least 2 classes"):
         FederatedLogisticRegression().fit(X, np.zeros(len(y)))
+    for method in ("depositum", "prox-dsgt", "lippax"):  # no server: they would ignore the steps and never converge
+        with pytest.raises(ValueError, match=f"algorithm='{method}' has no server: the estimators run fednmap, "):
+            FederatedLasso(algorithm=method).fit(X, y)
     with pytest.raises(TypeError, match="dense data is required"):
         FederatedMLPClassifier().fit(sp.csr_matrix(X), y)
 

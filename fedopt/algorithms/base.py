@@ -130,6 +130,9 @@ class Algorithm:
 
     #: Real hyperparameters that set a round's shape (a number of steps): the runs of a batch share them.
     shared: ClassVar[tuple[str, ...]] = ()
+    #: Why the method's fixed point misses the minimiser of psi even with full gradients ("" where it
+    #: does not): the estimators' ConvergenceWarning quotes it. The docstring has the analysis.
+    fixed_point_bias: ClassVar[str] = ""
 
     def __post_init__(self):
         for name in self.positive:

@@ -24,6 +24,8 @@ class FedAvg(LocalStepsMethod):
     """
 
     name = "fedavg"
+    fixed_point_bias = ("it has no correction, so with local_steps > 1 its fixed point misses the solution when "
+                        "phi != 0 or the clients differ")
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.effective_step, "lr_local * lr_server * local_steps (the server prox step)")

@@ -38,6 +38,7 @@ class FedDA(LocalStepsMethod):
     """
 
     name = "fedda"
+    fixed_point_bias = "it has no correction, so with clients that differ its fixed point misses the solution"
 
     def prox_weight(self, t: int, k: int = 0) -> float:
         """``a_t + eta_c k = eta_s eta_c K t + eta_c k``: the elapsed learning rate at local step k of round t."""

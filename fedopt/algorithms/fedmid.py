@@ -45,6 +45,8 @@ class FedMiD(LocalStepsMethod):
     """
 
     name = "fedmid"
+    fixed_point_bias = ("its clients apply the prox without a correction, so with phi != 0 its fixed point misses "
+                        "the solution (the penalty is counted twice, and the clients drift)")
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.lr_local, "lr_local (FedMiD's local prox step)")

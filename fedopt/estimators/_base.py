@@ -14,8 +14,10 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_consistent_length, column_or_1d
 
 from fedopt import regularizers as R
-from fedopt.algorithms import Start, canonical
+from fedopt.algorithms import ALGORITHMS, Start, canonical
 from fedopt.algorithms import hyperparameters as _accepted
+from fedopt.algorithms.decentralized import DecentralizedMethod
+from fedopt.algorithms.vi import VIMethod
 from fedopt.datasets import from_client_ids, partition
 from fedopt.estimators._gap import dot_transposed
 from fedopt.metrics import natural_map
@@ -28,6 +30,8 @@ FLOATS = (np.float64, np.float32)
 #: The smallest ``tol`` of a float32 fit: float32 arithmetic leaves the duality gap of the
 #: diabetes Lasso at about ``3e-6`` times its yardstick, so a smaller ``tol`` could never stop.
 FLOAT32_TOL = 1e-5
+#: The methods the estimators run: those with a server (a decentralized method needs a graph, a VI method a game).
+SERVER_METHODS = tuple(name for name, cls in ALGORITHMS.items() if not issubclass(cls, DecentralizedMethod | VIMethod))
 
 
 class _FederatedEstimator(BaseEstimator):
@@ -66,7 +70,9 @@ class _FederatedEstimator(BaseEstimator):
                              f"got {self.client_weights!r}")
         if not isinstance(self.warm_start, bool | np.bool_):
             raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
-        _accepted(self.algorithm)  # a ValueError naming the methods for an unknown one
+        if canonical(self.algorithm) not in SERVER_METHODS:  # canonical(): a ValueError for an unknown name
+            raise ValueError(f"algorithm={self.algorithm!r} has no server: the estimators run "
+                             f"{', '.join(SERVER_METHODS)}; run a decentralized or VI method with fedopt.run")
 
     # ---- fitting ---------------------------------------------------------------------------------
     def _split(self, X, y, clients, task, seed, sample_weight=None, n_classes=None):
@@ -146,9 +152,12 @@ class _FederatedEstimator(BaseEstimator):
                        if stop is not None else
                        f"the relative stationarity is {result.history['stationarity'][-1] / start:.3g} > "
                        f"tol={relative:g}")
+            bias = ALGORITHMS[canonical(self.algorithm)].fixed_point_bias
+            advice = (f"{self.algorithm} may settle short of the solution: {bias}. fednmap, zhang, feddr and fedadmm "
+                      "reach it; a smaller lr_local shrinks the bias" if bias else
+                      "Raise max_rounds or tol, or check the step sizes")
             warnings.warn(f"{type(self).__name__} did not converge in max_rounds={self.max_rounds} rounds: "
-                          f"{reached}. Raise max_rounds or tol, or check the step sizes.", ConvergenceWarning,
-                          stacklevel=2)
+                          f"{reached}. {advice}.", ConvergenceWarning, stacklevel=2)
         return result.x
 
     def _resumable(self, problem):

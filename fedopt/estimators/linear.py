@@ -78,6 +78,9 @@ class FederatedLasso(_FederatedRegressor):
         server: ``"fednmap"``, ``"fedcanon"``, ``"scaffold"``, ``"fedavg"``, ``"fedmid"``,
         ``"fedda"``, ``"feddr"``, ``"fedadmm"``, ``"scaffnew"``, ... It gets those of
         ``local_steps``, ``lr_local``, ``lr_server``, ``gamma`` and ``batch_size`` it takes.
+        The fixed points of ``"fedcanon"``, ``"fedavg"``, ``"fedmid"`` and ``"fedda"`` miss the
+        solution under a penalty or with clients that differ, by an amount that shrinks with
+        ``lr_local`` (their docstrings): they stop short of ``tol`` and warn, naming the bias.
     n_clients : int, default 10
         Clients of the simulated split when ``fit`` gets no ``clients`` (at most one per sample).
     partition : {"iid", "sorted", "dirichlet", "shards"}, default "iid"
