@@ -356,6 +356,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     gammas = []
     for method, problem, reg, gamma in zip(methods, problems, regularizers,
                                            _per_run("metric_gamma", metric_gamma, count), strict=True):
+        reg.check_problem(problem)
         method.check(problem, reg)
         gamma = float(gamma if gamma is not None else getattr(method, "gamma", 1.0))
         gammas.append(reg.check_step(gamma, "metric_gamma"))

@@ -123,6 +123,21 @@ class Regularizer:
         values = self._values(rows, tol)
         return float(values[0]) if single else values
 
+    def check_problem(self, problem) -> None:
+        """Refuse a problem whose parameter vectors (``problem.n_params``) this regularizer's own
+        arrays do not fit (weights, group labels, a mask, a matrix shape); for a matrix regularizer
+        the error names the problem's matrix blocks, which :func:`on_block` puts it on."""
+        try:
+            self._check_dimension(problem.n_params)
+        except ValueError as err:
+            blocks = problem.blocks() if hasattr(problem, "blocks") else {}
+            matrices = [f"{name} {shape}" for name, (_, shape) in blocks.items() if len(shape) == 2]
+            if "shape" not in {f.name for f in fields(self)} or not matrices:
+                raise
+            raise ValueError(f"{err}; put it on a matrix block of {type(problem).__name__} ({', '.join(matrices)}) "
+                             f"with fedopt.regularizers.on_block(regularizer, problem, name), or block = name in "
+                             "an experiment file") from None
+
     def check_step(self, step, name: str = "step") -> float:
         """``step`` as a float after checking ``0 < step`` and ``step * rho < 1``; ``name`` is used in errors."""
         step = float(step)

@@ -381,6 +381,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     method.check_problem(problem)
     if backend is not None:
         problem = problem.on(backend)
+    regularizer.check_problem(problem)
     method.check(problem, regularizer)
     gamma = float(metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0))
     regularizer.check_step(gamma, "metric_gamma")

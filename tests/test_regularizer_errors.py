@@ -205,6 +205,26 @@ def test_nuclear_shape_must_match_p():
         R.Nuclear(1.0, shape=(2, 3)).value(np.ones((2, 5)))
 
 
+@pytest.mark.parametrize("run", ["run", "run_batch"])
+def test_a_regularizer_that_does_not_fit_the_problem_is_refused_before_any_round(run):
+    """fedopt.run and run_batch check the regularizer's own arrays against the problem's vector first;
+    a matrix regularizer's error names the problem's matrix blocks."""
+    import fedopt
+
+    data = fedopt.datasets.make_classification(n_clients=3, n_samples=60, n_features=5, n_classes=3, seed=0,
+                                                   n_informative=3)
+    problem = fedopt.problems.Softmax(data, fit_intercept=True)  # coef (3, 5) and intercept (3,): p = 18
+    go = {"run": lambda reg: fedopt.run("fedavg", problem, reg, rounds=1, seed=0),
+          "run_batch": lambda reg: fedopt.run_batch("fedavg", problem, reg, rounds=1, seeds=[0, 1])}[run]
+    with pytest.raises(ValueError, match=re.escape("shape=(5, 3) holds 15 entries but the vectors have p=18; put it "
+                                                   "on a matrix block of Softmax (coef (3, 5))")):
+        go(R.Nuclear(0.1, shape=(5, 3)))
+    with pytest.raises(ValueError, match="weights has length 5 but the vectors have p=18"):
+        go(R.L1(0.1, weights=np.ones(5)))
+    assert R.on_block(R.Nuclear(0.1), problem, "coef").base.shape == (3, 5)
+    go(R.on_block(R.Nuclear(0.1), problem, "coef"))  # the fix the message names
+
+
 # ---- step ---------------------------------------------------------------------------------------
 
 

@@ -43,6 +43,11 @@ def _fail(config, **_):
      "metric_gamma = 10.0 in 8 of 8 runs: metric_gamma=10 is too large"),
     ({"regularizer": {"name": "nuclear", "lam": 0.1, "block": "W1"}},
      "regularizer.block = 'W1' in 8 of 8 runs: block='W1' is not a parameter block of Softmax; choose one of coef"),
+    ({"regularizer": {"name": "nuclear", "lam": 0.1, "shape": [8, 8]}},  # no block: the whole vector, 64 x 10
+     "regularizer.shape = [8, 8] in 8 of 8 runs: shape=(8, 8) holds 64 entries but the vectors have p=640; put it on "
+     "a matrix block of Softmax (coef (10, 64))"),
+    ({"regularizer": {"name": "l1", "lam": 0.1, "weights": [1.0, 2.0]}},
+     "regularizer.weights = [1.0, 2.0] in 8 of 8 runs: weights has length 2 but the vectors have p=640"),
 ])
 def test_bad_values_are_refused_before_any_run_with_their_key_and_count(override, expected):
     with pytest.raises(ConfigError) as err:

@@ -89,12 +89,17 @@ def validate(specs) -> None:
             if method is None or reg is None:
                 continue
             block = json.loads(r).get("block")
-            if block is not None:
-                try:
+            try:
+                if block is not None:
                     reg = regularizers.on_block(reg, problem, block)
-                except Exception as err:
+                reg.check_problem(problem)
+            except Exception as err:
+                if block is None:  # (the message may suggest a block: blame the regularizer's own options)
+                    options = {k: v for k, v in json.loads(r).items() if k != "block"}
+                    found.add("regularizer", options, err, n, fallback="name")
+                else:
                     found.add_path("regularizer.block", block, err, n)
-                    continue
+                continue
             try:
                 method.check_problem(problem)
                 method.check(problem, reg)
