@@ -49,7 +49,9 @@ class History:
     The columns are those of :func:`history_columns`: :data:`COLUMNS` (``normal_map`` only for
     methods with a pre-prox point) followed by the method's ``extra_columns`` (the consensus
     error of decentralized methods, the gap measures of VI methods, ...). ``seconds`` is the
-    training time up to the row: the time of the rounds, without the evaluations' own time.
+    training time up to the row: the time of the rounds, without the evaluations' own time. The
+    first run of a kind in a process also pays for compiling or loading its kernels; ``fedopt
+    sweep`` and ``fedopt run`` run one untimed round of each kind first, so their ``seconds`` do not.
 
     Like a pandas DataFrame, a history is a table of named columns: ``"objective" in history``,
     ``history.keys()`` and ``iter(history)`` (hence ``list(history)`` and ``dict(history)``) go

@@ -8,7 +8,8 @@ per run; only the process that owns the :class:`~fedopt.sweep.store.Store` write
 per run as its batch returns (a sweep killed during a batch loses that batch's runs, nothing
 stored before). A run that raises is stored as ``failed`` with its traceback and the sweep goes
 on; a run stopped by the divergence rule of :func:`fedopt.run` (or by NaN/inf) is stored as
-``diverged`` with its history.
+``diverged`` with its history. Each process runs one untimed round of every kind of run before
+the first one (:func:`_warm_up`), so that compiling kernels does not count as a run's training time.
 
 * ``serial``: one batch after the other in this process (debugging, tiny sweeps).
 * ``local``: a :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes (default:
@@ -64,6 +65,8 @@ _CACHE_SIZE = 4
 POLL_SECONDS = 1.0
 #: Failed runs whose error :class:`SweepSummary` keeps.
 KEPT_ERRORS = 3
+#: The kinds of run (:func:`_warm_up`) this process has run once, untimed.
+_WARM: set = set()
 
 
 # ------------------------------------------------------------------------------------------ one run
@@ -114,6 +117,44 @@ def make_regularizer(table: dict, problem=None):
     return regularizer if block is None or problem is None else regularizers.on_block(regularizer, problem, block)
 
 
+def _warm_up(configs: list) -> None:
+    """Run the first of ``configs`` (two of them for a batch) for one round, untimed and discarded,
+    the first time this process meets their kind of run, so that compiling or loading its kernels
+    does not count as training time.
+
+    On a cold Numba cache the first run of a kind compiles for seconds (37 s for the MLP with a
+    nuclear norm on two cores), which would land in one run's ``seconds``: the time of the FedCanon
+    experiments' curves and time-ratio claims. The kind is what selects the kernels: the method,
+    the problem, the regularizer and its block, the data set's name and dtype, the backend, full
+    or minibatch gradients, and one run or a batch. A warm-up that fails is ignored: the run
+    itself reports the error.
+    """
+    from fedopt.batch import run_batch
+    from fedopt.run import run
+
+    first = configs[0]
+    data = {k: v for k, v in (first.get("dataset") or {}).items() if k in ("name", "dtype")}
+    kind = json.dumps([first["algorithm"]["name"], first["problem"], first["regularizer"].get("name"),
+                       first["regularizer"].get("block"), data, first.get("backend", "auto"),
+                       first["algorithm"].get("batch_size") is None, len(configs) > 1], sort_keys=True, default=str)
+    if kind in _WARM:
+        return
+    _WARM.add(kind)
+    with contextlib.suppress(Exception):
+        short = configs[:2]
+        problems, regularizers = zip(*(build(config) for config in short), strict=True)
+        hyper = [{k: v for k, v in config["algorithm"].items() if k != "name"} for config in short]
+        options = {"rounds": 1, "eval_every": 1, "divergence": False, "progress": False}
+        if len(short) == 1:
+            run(first["algorithm"]["name"], problems[0], regularizers[0], seed=first["seed"],
+                metric_gamma=first.get("metric_gamma"), **options, **hyper[0])
+        else:
+            run_batch(first["algorithm"]["name"], list(problems), list(regularizers),
+                      seeds=[config["seed"] for config in short],
+                      metric_gamma=[config.get("metric_gamma") for config in short], **options,
+                      **{k: [h[k] for h in hyper] for k in hyper[0]})
+
+
 def execute_run(config: dict, progress: bool | None = False, callback=None) -> dict:
     """Run one configuration and return a plain, picklable record (never raises for a failing run).
 
@@ -129,6 +170,7 @@ def execute_run(config: dict, progress: bool | None = False, callback=None) -> d
     record = {"status": "failed", "history": None, "error": None, "run_seconds": None, "host": socket.gethostname(),
               "backend": None, "fedopt_version": getattr(fedopt, "__version__", None)}
     try:
+        _warm_up([config])
         problem, regularizer = build(config)
         record["backend"] = problem.backend.name
         hyper = {k: v for k, v in config["algorithm"].items() if k != "name"}
@@ -168,6 +210,7 @@ def execute_batch(configs, progress: bool | None = False, callback=None) -> list
         return [execute_run(configs[0], progress=progress, callback=callback)]
     start = time.perf_counter()
     try:
+        _warm_up(configs)
         first = configs[0]
         problems = [build(config)[0] for config in configs]  # cached: one per partition
         names = [k for k in first["algorithm"] if k != "name"]
