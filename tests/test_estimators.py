@@ -227,6 +227,13 @@ def test_a_method_with_a_biased_fixed_point_is_named_when_it_does_not_converge(m
     assert est.dual_gap_ > 1e3 * fednmap.dual_gap_  # the bias, not slowness: FedNMap converges in these rounds
 
 
+def test_a_fit_on_minibatches_that_stops_short_names_the_noise_floor():
+    X, y, _ = regression()
+    with pytest.warns(ConvergenceWarning, match="Minibatches of batch_size=8 leave a noise floor") as caught:
+        FederatedLasso(0.1, batch_size=8, max_rounds=50).fit(X, y)
+    assert "may settle short" not in str(caught[0].message)  # FedNMap has no biased fixed point
+
+
 # ---- clients, composition, persistence ----------------------------------------------------------
 
 

@@ -153,11 +153,14 @@ class _FederatedEstimator(BaseEstimator):
                        f"the relative stationarity is {result.history['stationarity'][-1] / start:.3g} > "
                        f"tol={relative:g}")
             bias = ALGORITHMS[canonical(self.algorithm)].fixed_point_bias
-            advice = (f"{self.algorithm} may settle short of the solution: {bias}. fednmap, zhang, feddr and fedadmm "
+            advice = [f"{self.algorithm} may settle short of the solution: {bias}. fednmap, zhang, feddr and fedadmm "
                       "reach it; a smaller lr_local shrinks the bias" if bias else
-                      "Raise max_rounds or tol, or check the step sizes")
+                      "Raise max_rounds or tol, or check the step sizes"]
+            if batch is not None and batch < int(problem.dataset.client_sizes.max()):
+                advice.append(f"Minibatches of batch_size={batch} leave a noise floor that may lie above tol; "
+                              "batch_size=None uses each client's full data")
             warnings.warn(f"{type(self).__name__} did not converge in max_rounds={self.max_rounds} rounds: "
-                          f"{reached}. {advice}.", ConvergenceWarning, stacklevel=2)
+                          f"{reached}. {'. '.join(advice)}.", ConvergenceWarning, stacklevel=2)
         return result.x
 
     def _resumable(self, problem):
