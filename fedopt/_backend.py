@@ -50,6 +50,8 @@ class Backend:
 
     def asarray(self, a, dtype=None):
         """``a`` as a C-contiguous array of this backend (float32 stays, other floats become float64)."""
+        if dtype is None and not hasattr(a, "dtype"):  # a list or a number: the dtype its values take
+            a = np.asarray(a)
         array = self.xp.asarray(a, dtype=canonical_dtype(a if dtype is None else dtype))
         return array if array.flags.c_contiguous else self.xp.ascontiguousarray(array)
 
@@ -59,8 +61,11 @@ class Backend:
 
 
 def canonical_dtype(a_or_dtype) -> np.dtype:
-    """float32 stays float32; every other dtype becomes float64 (the kernels' two signatures)."""
+    """float32 stays float32; every other real dtype becomes float64 (the kernels' two signatures)."""
     dtype = np.dtype(getattr(a_or_dtype, "dtype", a_or_dtype))
+    if dtype.kind == "c":
+        raise TypeError(f"complex values ({dtype}) are not supported: the models and regularizers are real; "
+                        "pass the real part (a.real) if that is what you mean")
     return dtype if dtype in FLOAT_DTYPES else np.dtype(np.float64)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -563,13 +564,18 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a reader that left shows here, not in Python's flush at exit
+        return code
     except ConfigError as exc:
         print(f"fedopt {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"fedopt {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout left (`| head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
+        return 141
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"fedopt {args.command}: error: {exc}", file=sys.stderr)
         return 2

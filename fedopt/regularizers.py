@@ -140,9 +140,7 @@ class Regularizer:
 
     def check_step(self, step, name: str = "step") -> float:
         """``step`` as a float after checking ``0 < step`` and ``step * rho < 1``; ``name`` is used in errors."""
-        step = float(step)
-        if not (step > 0 and math.isfinite(step)):
-            raise ValueError(f"{name} must be a finite number > 0, got {step!r}")
+        step = real(name, step, strict=True, hint=" (one step for every row)" if np.ndim(step) else "")
         rho = self.weak_convexity
         if step * rho >= 1:
             raise ValueError(
@@ -678,12 +676,19 @@ def available() -> list[str]:
     return sorted(REGULARIZERS)
 
 
+def canonical(name: str) -> str:
+    """The registered spelling of the regularizer ``name``: case, ``_`` and ``-`` do not matter
+    (``"elastic_net"``, ``"L1Ball"`` and ``"group-lasso"`` are ``elasticnet``, ``l1_ball`` and ``group_lasso``)."""
+    key = str(name).lower().replace("_", "").replace("-", "")
+    for registered in REGULARIZERS:
+        if registered.replace("_", "") == key:
+            return registered
+    raise ValueError(f"regularizer {name!r} is unknown; choose one of {', '.join(available())}")
+
+
 def make(name: str, **params) -> Regularizer:
-    """The regularizer called ``name`` (see :func:`available`) built from ``params``."""
-    try:
-        cls = REGULARIZERS[name.lower().replace("-", "_")]
-    except KeyError:
-        raise ValueError(f"regularizer {name!r} is unknown; choose one of {', '.join(available())}") from None
+    """The regularizer called ``name`` (see :func:`available` and :func:`canonical`) built from ``params``."""
+    cls = REGULARIZERS[canonical(name)]
     try:
         return cls(**params)
     except TypeError as exc:

@@ -228,7 +228,8 @@ def test_a_regularizer_that_does_not_fit_the_problem_is_refused_before_any_round
 # ---- step ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("step", [0.0, -0.5, INF, NAN, -INF], ids=["zero", "negative", "inf", "nan", "minus_inf"])
+@pytest.mark.parametrize("step", [0.0, -0.5, INF, NAN, -INF, "fast", [0.1, 0.2], np.full(2, 0.1)],
+                         ids=["zero", "negative", "inf", "nan", "minus_inf", "text", "list", "array"])
 @pytest.mark.parametrize("reg", [R.L1(1.0), R.Box(), R.GroupLasso(1.0), R.MCP(1.0)], ids=["l1", "box", "group", "mcp"])
 def test_bad_step(reg, step):
     """``step`` must be finite and > 0, for the prox and for the normal-map step's ``gamma``."""
@@ -327,6 +328,19 @@ def test_make_unknown_name():
     """An unknown name is refused, and the message lists the known ones."""
     with pytest.raises(ValueError, match=r"regularizer 'lasso2' is unknown; choose one of .*elasticnet.*group_lasso"):
         R.make("lasso2")
+
+
+@pytest.mark.parametrize(("spelling", "name"), [("elastic_net", "elasticnet"), ("ElasticNet", "elasticnet"),
+                                                ("group-lasso", "group_lasso"), ("GroupLasso", "group_lasso"),
+                                                ("L1Ball", "l1_ball"), ("MCP", "mcp")])
+def test_names_ignore_case_underscores_and_hyphens(spelling, name):
+    assert R.canonical(spelling) == name and R.make(spelling).name == name
+
+
+def test_a_list_is_a_vector_and_complex_values_are_refused():
+    np.testing.assert_allclose(R.L1(0.5).prox([1.0, -2.0, 0.25], 1.0), [0.5, -1.5, 0.0])
+    with pytest.raises(TypeError, match=r"complex values \(complex128\) are not supported"):
+        R.L1(0.5).prox(np.ones(3, dtype=complex), 1.0)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from test_sweep import TINY, tiny
 
@@ -41,6 +45,18 @@ def test_algorithm_names_ignore_case_like_regularizer_names():
     assert exp.expand()[0].key == tiny().expand()[0].key
     replaced = tiny().override({"algorithm": {"name": "Depositum_No_Tracking"}})
     assert replaced.expand()[0].config["algorithm"]["name"] == "depositum-no-tracking"
+    spelled = tiny(**{"regularizer": {"name": "Elastic_Net", "l1": 1e-3, "l2": 2e-2}})  # "_" and "-" do not matter
+    assert spelled.expand()[0].key == tiny().expand()[0].key
+
+
+def test_a_reader_that_leaves_stops_the_command_quietly():
+    read, write = os.pipe()
+    os.close(read)  # the reader has left, as `head -1` does after its line
+    try:
+        command = subprocess.run([sys.executable, "-m", "fedopt", "list"], stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert command.stderr == b"" and command.returncode == 141  # 128 + SIGPIPE, like a pipe writer killed by it
 
 
 def test_run_with_a_weakly_convex_regularizer_takes_its_defaults_and_says_they_prune_everything(tmp_path, capsys):

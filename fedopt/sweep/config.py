@@ -90,6 +90,7 @@ expressions is the problem's ``n_clients``. Their methods record gap measures; a
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import functools
 import hashlib
@@ -194,9 +195,9 @@ def _without_dataset(problem_name: str) -> bool:
 
 @functools.cache
 def _regularizer_options(name: str) -> dict:
-    from fedopt.regularizers import REGULARIZERS
+    from fedopt.regularizers import REGULARIZERS, canonical
 
-    cls = REGULARIZERS[name.lower().replace("-", "_")]
+    cls = REGULARIZERS[canonical(name)]
     options = {"block": None}  # a parameter block of the problem (fedopt.regularizers.on_block); None: all of x
     for f in fields(cls):
         if f.init:
@@ -559,7 +560,10 @@ class Experiment:
         if name is None:
             raise self.error(f"[run.{section}] needs a name; choose one of {', '.join(names_of())}", where(section))
         if section == "regularizer":
-            name = str(name).lower().replace("-", "_")
+            from fedopt.regularizers import canonical
+
+            with contextlib.suppress(ValueError):  # an unknown name is reported below
+                name = canonical(name)
         if name not in names_of():
             raise self.error(f"{section} {name!r} is unknown; choose one of {', '.join(names_of())}",
                              where(f"{section}.name"))
