@@ -276,8 +276,9 @@ def test_bad_oracle_input_names_the_argument():
         Logistic(problem.dataset, weights=np.ones(n))
     with pytest.raises(TypeError, match="FederatedDataset"):
         Logistic((np.zeros((3, 2)), np.zeros(3)))
-    with pytest.raises(ValueError, match="hidden must be"):
-        MLP(dataset("multiclass"), hidden=0)
+    for hidden in (0, 2.5):  # 2.5 was truncated to 2 hidden units
+        with pytest.raises(ValueError, match=f"hidden must be an integer >= 1, got {hidden}"):
+            MLP(dataset("multiclass"), hidden=hidden)
     with pytest.raises(ValueError, match="the MLP takes dense features"):
         MLP(dataset("multiclass", storage="csr"))
 

@@ -35,7 +35,7 @@ def _fail(config, **_):
 # ------------------------------------------------------------------------------------ validation
 @pytest.mark.parametrize(("override", "expected"), [
     ({"algorithm.lr_local": -0.1}, "algorithm.lr_local = -0.1 in 8 of 8 runs: lr_local must be a finite number > 0"),
-    ({"dataset.n_clients": 0}, "dataset.n_clients = 0 in 4 of 4 runs: n_clients must be >= 1"),
+    ({"dataset.n_clients": 0}, "dataset.n_clients = 0 in 4 of 4 runs: n_clients must be an integer >= 1"),
     ({"dataset.partition": "sroted"}, "dataset.partition = 'sroted' in 8 of 8 runs: scheme='sroted' is unknown"),
     ({"regularizer": {"name": "mcp", "lam": 0.1, "gamma": 2.0}},
      "algorithm.gamma = 4.0 in 8 of 8 runs: gamma=4 is too large for MCP"),

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import scipy.sparse as sp
 
+from fedopt._checks import count
 from fedopt.datasets._dataset import FederatedDataset, check_features, check_sample_weight
 
 SCHEMES = ("iid", "sorted", "dirichlet", "shards")
@@ -82,9 +83,7 @@ def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 
     """
     if scheme not in SCHEMES:
         raise ValueError(f"scheme={scheme!r} is unknown; choose one of {', '.join(map(repr, SCHEMES))}")
-    n_clients = int(n_clients)
-    if n_clients < 1:
-        raise ValueError(f"n_clients must be >= 1, got {n_clients}")
+    n_clients = count("n_clients", n_clients)
     X = _storage(check_features(X), dtype)
     codes, classes = encode_targets(y, task)
     if len(codes) != X.shape[0]:
@@ -272,7 +271,7 @@ def _dirichlet(codes, n_classes, n_clients, alpha, min_samples, rng, max_draws: 
 
 
 def _shards(codes, n_clients, shards_per_client, rng):
-    shards_per_client = int(shards_per_client)
+    shards_per_client = count("shards_per_client", shards_per_client)
     n_shards = n_clients * shards_per_client
     if shards_per_client < 1 or n_shards > len(codes):
         raise ValueError(f"shards_per_client={shards_per_client} needs 1 <= n_clients * shards_per_client "

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from fedopt._backend import Backend, get_backend
+from fedopt._checks import count
 from fedopt.datasets import FederatedDataset
 from fedopt.kernels import client_bounds
 from fedopt.kernels.cpu.sampling import minibatch_rows
@@ -293,9 +294,7 @@ class Problem(PointArguments):
         Shape ``(n_clients, batch_size)``, or ``(steps, n_clients, batch_size)``; int64 global
         row indices on the host, to pass to the oracles.
         """
-        batch_size = int(batch_size)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = count("batch_size", batch_size)
         shape = (self.n_clients, batch_size) if steps is None else (int(steps), self.n_clients, batch_size)
         # starts_i + floor(u * m_i) for u uniform in [0, 1): uniform on client i's rows; written over
         # u's own memory (a second 5 MB array at n = 1000, Q = 10, b = 64 cost 2.7 ms in page faults)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from fedopt import kernels as K
+from fedopt._checks import count
 from fedopt.problems.base import Problem
 from fedopt.problems.linear import LeastSquares, class_targets, numeric_targets
 
@@ -39,9 +40,7 @@ class MLP(Problem):
     supports_sample_weight = True
 
     def __init__(self, dataset, hidden: int = 64, weights="uniform", backend="auto", loss: str = "cross_entropy"):
-        hidden = int(hidden)
-        if hidden < 1:
-            raise ValueError(f"hidden must be an integer >= 1, got {hidden}")
+        hidden = count("hidden", hidden)
         if loss not in LOSSES:
             raise ValueError(f"loss={loss!r} is unknown; choose 'cross_entropy' (class labels) or 'squared' "
                              "(regression targets)")

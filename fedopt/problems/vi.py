@@ -101,7 +101,7 @@ class VIProblem(PointArguments):
         self.n_clients = count("n_clients", n_clients)
         self.sigma = real("sigma", sigma)
         self.heterogeneity = real("heterogeneity", heterogeneity)
-        self.seed = int(seed)
+        self.seed = count("seed", seed, minimum=0)
         self.dtype = canonical_dtype(np.dtype(dtype))
         self.backend = get_backend(backend)
         self.weights = np.full(self.n_clients, 1.0 / self.n_clients)
