@@ -125,6 +125,9 @@ def test_bad_topology_arguments_are_refused_clearly():
         T.make(3.5, 5)
     with pytest.raises(ValueError, match="mixing='max' is unknown"):
         T.make("ring", 5, mixing="max")
+    for n in (0, 16.5):  # 16.5 raised range()'s "'float' object cannot be interpreted as an integer"
+        with pytest.raises(ValueError, match=f"n must be an integer >= 1, got {n}"):
+            T.make("ring", n)
     with pytest.raises(ValueError, match="adjacency must be symmetric"):
         T.Topology.from_adjacency(np.triu(np.ones((3, 3)), 1))
 

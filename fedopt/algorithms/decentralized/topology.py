@@ -45,6 +45,8 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
+from fedopt._checks import count
+
 TOPOLOGIES = ("ring", "complete", "star", "torus", "erdos_renyi", "exponential")
 MIXINGS = ("metropolis", "lazy")
 
@@ -251,6 +253,7 @@ def make(topology, n: int, mixing: str = "metropolis", edge_prob: float | None =
     """
     if mixing not in MIXINGS:
         raise ValueError(f"mixing={mixing!r} is unknown; choose one of {', '.join(map(repr, MIXINGS))}")
+    n = count("n", n)
     if isinstance(topology, str):
         if topology == "erdos_renyi":
             return Topology.from_adjacency(erdos_renyi(n, edge_prob, seed), mixing, topology)
