@@ -176,6 +176,13 @@ def test_bad_cohorts_are_refused_with_the_fix():
         fedopt.algorithms.make("scaffnew", clients_per_round=3)
     with pytest.raises(ValueError, match="one at a time"):
         fedopt.run_batch("fedavg", prob, rounds=1, seeds=[0, 1], clients_per_round=3)
+    weights = np.r_[np.full(3, 1 / 3), np.zeros(9)]  # 9 clients of weight 0: a cohort of 3 can hold only them
+    weightless = problem(weights=weights)
+    with pytest.raises(ValueError, match="9 clients have weight 0, so a uniform cohort of 3 can hold no other"):
+        fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=1, **options("fednmap", clients_per_round=3))
+    for fix in ({"sampling": "weighted"}, {"clients_per_round": 10}):  # the run diverged with NaN: 0 / 0
+        fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=20, seed=0,
+                   **options("fednmap", clients_per_round=3) | fix)
 
 
 def test_estimators_take_cohorts():
