@@ -467,6 +467,7 @@ def _evaluation_view(method, problem, eval_clients, seed, history):
                          "per-node or per-operator measures: leave eval_clients at None")
     n = problem.n_clients
     size = cohort_size(eval_clients, n, "eval_clients")
+    problem.check_cohort(size, "eval_clients")
     rng = np.random.default_rng(np.random.SeedSequence([0 if seed is None else seed, _EVAL_STREAM]))
     clients, weights = problem.draw_cohort(rng, size, "uniform")
     note = f"{size} of {n} clients"

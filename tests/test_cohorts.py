@@ -176,13 +176,18 @@ def test_bad_cohorts_are_refused_with_the_fix():
         fedopt.algorithms.make("scaffnew", clients_per_round=3)
     with pytest.raises(ValueError, match="one at a time"):
         fedopt.run_batch("fedavg", prob, rounds=1, seeds=[0, 1], clients_per_round=3)
-    weights = np.r_[np.full(3, 1 / 3), np.zeros(9)]  # 9 clients of weight 0: a cohort of 3 can hold only them
+    weights = np.r_[np.full(3, 1 / 3), np.zeros(9)]  # a cohort of clients of weight 0 alone averaged 0 / 0: NaN
     weightless = problem(weights=weights)
-    with pytest.raises(ValueError, match="9 clients have weight 0, so a uniform cohort of 3 can hold no other"):
-        fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=1, **options("fednmap", clients_per_round=3))
-    for fix in ({"sampling": "weighted"}, {"clients_per_round": 10}):  # the run diverged with NaN: 0 / 0
-        fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=20, seed=0,
-                   **options("fednmap", clients_per_round=3) | fix)
+    for name, options_ in (("clients_per_round", options("fednmap", clients_per_round=4)), ("eval_clients", {})):
+        with pytest.raises(ValueError, match=f"{name}=4 asks for more distinct clients than the 3 of positive weight"):
+            fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=1, **options_,
+                       **({"eval_clients": 4} if name == "eval_clients" else {}))
+    for seed in range(10):  # cohorts and evaluation samples of 3 are the 3 clients of positive weight
+        run = fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=3, seed=seed, eval_clients=3,
+                         **options("fednmap", clients_per_round=3))
+        assert np.isfinite(run.history["objective"]).all()
+        exact = weightless.loss(run.x) + regularizer("fednmap").value(run.x)  # the sample is every weighted client
+        np.testing.assert_allclose(run.history["objective"][-1], exact)
 
 
 def test_estimators_take_cohorts():

@@ -315,15 +315,10 @@ class CohortRounds:
         return None
 
     def check_problem(self, problem) -> None:
-        """Also refuse uniform cohorts that can hold only clients of weight 0, whose average is 0 / 0."""
+        """Also refuse uniform cohorts larger than the clients of positive weight (the others are never drawn)."""
         super().check_problem(problem)
-        if self.clients_per_round is None or self.sampling != "uniform":
-            return
-        size, weightless = self.cohort_size(problem.n_clients), int(np.count_nonzero(problem.weights == 0))
-        if weightless >= size:
-            raise ValueError(f"{weightless} clients have weight 0, so a uniform cohort of {size} can hold no other, "
-                             "and its weighted average is undefined; use sampling='weighted' (it never draws "
-                             "them), more clients_per_round, or a problem without those clients")
+        if self.clients_per_round is not None and self.sampling == "uniform":
+            problem.check_cohort(self.cohort_size(problem.n_clients), "clients_per_round")
 
     def next_round(self, state: State) -> State:
         """One round with the clients sampled for it (partial participation), or with all of them.

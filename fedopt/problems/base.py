@@ -196,6 +196,8 @@ class Problem(PointArguments):
         drawn from ``rng``, and the weights ``a_k`` of :meth:`average` on their view.
 
         ``"uniform"``: ``size`` distinct clients, each set equally likely; ``a_k = w_{i_k} / sum_S w``.
+        Clients of weight 0 add nothing to the objective and are not drawn (unless ``size`` is every
+        client): a cohort of them alone would average 0 / 0 (see :meth:`check_cohort`).
         ``"weighted"``: ``size`` draws with replacement, client ``i`` with probability ``w_i``;
         ``a_k = 1 / size``. See :meth:`fedopt.algorithms.LocalStepsMethod.next_round` for what each
         estimates. Costs ``O(size log n)``, not ``O(n)`` (partial participation is an extension
@@ -203,7 +205,8 @@ class Problem(PointArguments):
         """
         n = self.n_clients
         if sampling == "uniform":
-            clients = np.sort(rng.choice(n, size, replace=False))
+            pool = self._positive_clients if size < n else None
+            clients = np.sort(rng.choice(n if pool is None else pool, size, replace=False))
             share = self.weights[clients]
             return clients, share / share.sum()
         if sampling != "weighted":
@@ -212,6 +215,21 @@ class Problem(PointArguments):
         clients = np.sort(np.minimum(np.searchsorted(cumulative, rng.random(size) * cumulative[-1], side="right"),
                                      n - 1))
         return clients, np.full(size, 1.0 / size)
+
+    def check_cohort(self, size: int, name: str) -> None:
+        """Refuse a uniform draw of ``size`` distinct clients (``name`` the argument that asks for
+        it) when fewer than ``size`` clients have a positive weight."""
+        pool = self._positive_clients
+        if pool is not None and len(pool) < size < self.n_clients:
+            raise ValueError(f"{name}={size} asks for more distinct clients than the {len(pool)} of positive weight "
+                             f"(a client of weight 0 adds nothing to the objective and is never drawn); use at most "
+                             f"{len(pool)}")
+
+    @functools.cached_property
+    def _positive_clients(self) -> np.ndarray | None:
+        """The clients of positive weight, or None when every client has one."""
+        positive = np.flatnonzero(np.asarray(self.weights) > 0)
+        return None if len(positive) == self.n_clients else positive
 
     @functools.cached_property
     def _cumulative_weights(self) -> np.ndarray:
