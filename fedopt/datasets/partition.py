@@ -273,9 +273,10 @@ def _dirichlet(codes, n_classes, n_clients, alpha, min_samples, rng, max_draws: 
 def _shards(codes, n_clients, shards_per_client, rng):
     shards_per_client = count("shards_per_client", shards_per_client)
     n_shards = n_clients * shards_per_client
-    if shards_per_client < 1 or n_shards > len(codes):
-        raise ValueError(f"shards_per_client={shards_per_client} needs 1 <= n_clients * shards_per_client "
-                         f"<= n_samples={len(codes)}")
+    if n_shards > len(codes):
+        raise ValueError(f"n_clients={n_clients} with shards_per_client={shards_per_client} needs {n_shards} shards "
+                         f"of at least one sample, but there are {len(codes)} samples; use at most "
+                         f"{len(codes) // shards_per_client} clients or fewer shards per client")
     shards = np.array_split(np.argsort(codes, kind="stable"), n_shards)
     dealt = rng.permutation(n_shards).reshape(n_clients, shards_per_client)
     return [np.concatenate([shards[s] for s in hand]) for hand in dealt]
