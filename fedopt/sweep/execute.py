@@ -147,7 +147,7 @@ def _warm_up(configs: list) -> None:
         options = {"rounds": 1, "eval_every": 1, "divergence": False, "progress": False}
         if len(short) == 1:
             run(first["algorithm"]["name"], problems[0], regularizers[0], seed=first["seed"],
-                metric_gamma=first.get("metric_gamma"), **options, **hyper[0])
+                metric_gamma=first.get("metric_gamma"), eval_clients=first.get("eval_clients"), **options, **hyper[0])
         else:
             run_batch(first["algorithm"]["name"], list(problems), list(regularizers),
                       seeds=[config["seed"] for config in short],
