@@ -89,6 +89,7 @@ def _title(path) -> str:
 # ---------------------------------------------------------------------------------------------- run
 def _run(args) -> int:
     from fedopt.problems import VI_PROBLEMS
+    from fedopt.run import objective_rose
     from fedopt.sweep.config import load_experiment, parse_experiment
     from fedopt.sweep.execute import execute_run
     from fedopt.sweep.validate import validate
@@ -140,6 +141,9 @@ def _run(args) -> int:
     print(f"    round {last['round']}: ||F_nat||^2 = {last['stationarity']:.4e}, objective = {last['objective']:.6g}, "
           f"test accuracy = {last['test_accuracy']:.4f}, nonzeros = {last['nnz']}, prox evals = {last['prox_evals']}")
     _note_pruned(last["nnz"], cfg["regularizer"])
+    rose = objective_rose(history) if record["status"] == "done" else None  # (a diverged run says more below)
+    if rose:
+        print(f"    the objective rose from {rose[0]:.6g} to {rose[1]:.6g}: the steps may be too large")
     out = Path(args.out) if args.out else RESULTS / f"run-{spec.key[:12]}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as handle:

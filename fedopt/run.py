@@ -269,6 +269,20 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def objective_rose(history) -> tuple[float, float] | None:
+    """``(first, last)`` finite objective of a history (a :class:`History` or a dict of columns) that
+    ended above where it started, else None. The divergence rule lets such a run finish (it fires
+    at 1000 times the start), but it usually took too large a step: reports and ``fedopt run`` say so.
+    Not for VI methods (a ``gap`` column): their objective is a gap measure, whose bound can grow
+    while the ergodic average leaves the start point even with small steps."""
+    if "gap" in history:
+        return None
+    values = [float(v) for v in history["objective"] if v is not None and math.isfinite(v)]
+    if len(values) >= 2 and values[-1] > values[0] + 1e-12 * abs(values[0]):
+        return values[0], values[-1]
+    return None
+
+
 class DivergenceError(FloatingPointError):
     """A run diverged. ``result`` keeps the history: up to the last finite round when the model or
     the metrics became NaN or inf (``rule`` is ``"nonfinite"``), including the row that fired a

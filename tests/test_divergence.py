@@ -1,15 +1,18 @@
 """The divergence rule of ``fedopt.run``: it stops a blowing-up run early, keeps its history, leaves healthy
 runs alone, can be tuned or switched off, and the NaN/inf check stays."""
 
+import re
+
 import numpy as np
 import pytest
 
 import fedopt
+from fedopt.cli import main
 from fedopt.datasets import load_digits, partition
 from fedopt.problems import LeastSquares, Softmax
 from fedopt.problems.vi import BilinearGame
 from fedopt.regularizers import ElasticNet, Zero
-from fedopt.run import Divergence, DivergenceError
+from fedopt.run import Divergence, DivergenceError, objective_rose
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +64,17 @@ def test_a_healthy_run_is_untouched(digits):
     np.testing.assert_array_equal(checked.history["objective"], unchecked.history["objective"])
     growth = default_run(digits, 0.1, eval_every=2, divergence=Divergence(stationarity_factor=10.0))
     assert growth.history["round"][-1] == 20
+
+
+def test_a_run_that_ends_above_its_start_is_done_and_named(digits, tmp_path, capsys):
+    high = default_run(digits, 5.0, rounds=100)  # too large a step, below the rule's 1000x: done, at 4.7 from 2.3
+    first, last = objective_rose(high.history)
+    assert first == high.history["objective"][0] and last == high.history["objective"][-1] > first
+    assert objective_rose(default_run(digits, 0.1).history) is None
+    assert objective_rose({"objective": [1.0, float("nan"), 2.0]}) == (1.0, 2.0)  # NaN rows are skipped
+    assert objective_rose({"objective": [1.0, 2.0], "gap": [1.0, 2.0]}) is None  # a VI gap bound may grow
+    assert main(["run", "--set", "algorithm.lr_local=5", "--out", str(tmp_path / "h.csv")]) == 0
+    assert re.search(r"the objective rose from 2\.30259 to 4\.\d+: the steps may be too large", capsys.readouterr().out)
 
 
 def test_a_run_that_oscillates_without_converging_stops_as_stalled_with_its_whole_history(digits):

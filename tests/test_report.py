@@ -105,6 +105,12 @@ def test_not_done_runs_are_excluded_with_visible_counts_and_the_slope_skips_thei
     assert "speedup,32,2,1,1,0,0,5.0" in summary[4]  # the mean of the done seed only
 
 
+def test_done_runs_that_ended_above_their_start_are_counted_with_a_caution(store_path, tmp_path):
+    text = rep.report(store_path, out=tmp_path / "out", plots=False, stream=io.StringIO())["text"]
+    # (32, 0) and (64, 1) are done at objective 6 and 8 from 2.3; the diverged one is excluded, not counted here
+    assert "caution: 2 of 12 runs ended with a higher objective than they started with (kept as done" in text
+
+
 def test_runs_stopped_as_stalled_are_counted_with_the_diverged_and_named():
     stalled = {"status": "diverged", "error": "fednmap did not converge: ||F_nat||^2 0.0066 at its last round ..."}
     runs = [stalled, {"status": "diverged", "error": "fednmap diverged: objective ..."}, {"status": "done"}]

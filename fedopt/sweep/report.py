@@ -281,6 +281,17 @@ def _excluded(runs) -> str | None:
     return "; ".join(parts) or None
 
 
+def _rose(runs) -> str | None:
+    """A caution naming the done runs of a grid that ended above their starting objective (kept in the table)."""
+    from fedopt.run import objective_rose
+
+    rose = [r for r in runs if r["status"] == "done" and r.get("history") and objective_rose(r["history"])]
+    if not rose:
+        return None
+    return (f"caution: {len(rose)} of {len(runs)} runs ended with a higher objective than they started with "
+            "(kept as done; too large a step?)")
+
+
 def metric_label(metric: str, tex: bool = False) -> str:
     """The name of a grid's metric on an axis or in a table: ``||F_nat||^2`` for the stationarity, else the column."""
     if metric != "stationarity":
@@ -432,6 +443,9 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
         excluded = _excluded([r for runs in points.values() for r in runs])
         if excluded:
             say(f"   {excluded}")
+        rose = _rose([r for runs in points.values() for r in runs])
+        if rose:
+            say(f"   {rose}")
         for point, st in rows:
             csv_rows.append({"grid": grid_name, **{_short(k): v for k, v in point.items()}, **st})
         slopes, unfitted = _slopes(item["experiment"], grid, rows, caution)
