@@ -271,6 +271,8 @@ def test_make_classification_routes_options():
     assert skewed < (even.label_histogram() > 0).sum(axis=1).mean() == 4
     with pytest.raises(ValueError, match=r"unknown option.*n_informatve"):
         make_classification(n_informatve=3)
+    with pytest.raises(ValueError, match="n_classes must be an integer >= 2, got 1"):  # one class made a data set
+        make_classification(n_classes=1)
 
 
 def label_skew(ds):

@@ -124,6 +124,7 @@ def make_classification(n_samples: int = 1000, n_features: int = 20, n_classes: 
     generator = {k: v for k, v in options.items() if k in _SKLEARN_CLASSIFICATION_OPTIONS}
     splitter = {k: v for k, v in options.items() if k in _PARTITION_OPTIONS}
     n_features = count("n_features", n_features)
+    n_classes = count("n_classes", n_classes, 2)
     generator.setdefault("n_informative", min(n_features, max(2, n_features // 2)))
     generator.setdefault("n_redundant", max(0, min(2, n_features - generator["n_informative"]
                                                    - generator.get("n_repeated", 0))))
