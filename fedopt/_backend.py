@@ -48,6 +48,10 @@ class Backend:
     xp: ModuleType
     kernels: ModuleType
 
+    def __reduce__(self):
+        """Pickled by name (modules do not pickle): a problem sent to another process finds its backend there."""
+        return get_backend, (self.name,)
+
     def asarray(self, a, dtype=None):
         """``a`` as a C-contiguous array of this backend (float32 stays, other floats become float64)."""
         if dtype is None and not hasattr(a, "dtype"):  # a list or a number: the dtype its values take

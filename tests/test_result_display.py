@@ -92,3 +92,25 @@ def test_normal_map_only_for_methods_with_a_pre_prox_point():
             assert np.isfinite(run.history["normal_map"]).all()
     batched = fedopt.run_batch("depositum", problem, L1(0.01), seeds=[0, 1], rounds=2, batch_size=8)
     assert all("normal_map" not in r.history for r in batched)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_problems_and_results_pickle_for_other_processes(backend):
+    """A problem goes to a worker process (joblib, multiprocessing) and a result comes back: both pickle,
+    the backend by its name (its modules do not pickle), and the state resumes on the unpickled problem."""
+    import pickle
+
+    from fedopt.problems.vi import BilinearGame
+
+    problem = classification().on(backend)
+    result = fedopt.run("fednmap", problem, L1(0.01), rounds=3, seed=0)
+    again = pickle.loads(pickle.dumps(result))
+    np.testing.assert_array_equal(again.x, result.x)
+    np.testing.assert_array_equal(again.history["objective"], result.history["objective"])
+    assert again.state.env.problem.backend is problem.backend and again.z.shape == result.z.shape
+    copy = pickle.loads(pickle.dumps(problem))
+    resumed = fedopt.run("fednmap", copy, L1(0.01), rounds=2, seed=3, resume=again.state)
+    straight = fedopt.run("fednmap", problem, L1(0.01), rounds=2, seed=3, resume=result.state)
+    np.testing.assert_array_equal(resumed.x, straight.x)
+    game = pickle.loads(pickle.dumps(BilinearGame(dim=4, n_clients=2, backend=backend)))
+    assert game.backend.name == backend and fedopt.run("lippax", game, rounds=2).state.round == 2
