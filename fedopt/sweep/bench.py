@@ -10,9 +10,9 @@ compilation is not measured there. ``rounds`` and ``seeds`` shorten the experime
 :func:`sweep_breakdown` runs the same sweep serially in this process, instrumented, and splits
 its time into:
 
-* ``compile``: the first run of each (problem, dtype, regularizer, method) pays Numba's
-  compilation, or loading it from the on-disk cache; measured as a one-round run's time minus a
-  repeat of it;
+* ``compile``: the first run of each kind (:func:`fedopt.sweep.execute.run_kind`) pays Numba's
+  compilation, or loading it from the on-disk cache, in its untimed warm-up round; measured as a
+  one-round run's wall time minus a repeat of it;
 * ``data``: loading the data set and building the problem (once per distinct problem; runs that
   share one reuse it, as the executors do);
 * ``metrics``: the history's evaluations (full-data loss, gradient, prox, accuracy): the time of
@@ -178,14 +178,6 @@ class _TimedStore(Store):
         self.put_seconds += time.perf_counter() - began
 
 
-def _signature(config: dict) -> str:
-    """What decides which kernels a run compiles: the problem, the storage dtype, the regularizer, the method."""
-    dataset = config.get("dataset") or {}
-    return "|".join(str(part) for part in (config["problem"]["name"], dataset.get("name"), dataset.get("dtype"),
-                                           config["regularizer"]["name"], config["algorithm"]["name"],
-                                           config.get("backend")))
-
-
 def _evaluation_seconds(config: dict, problem, regularizer) -> float:
     """The time of one history evaluation: a two-round run that evaluates every round less one that
     skips round 1's evaluation, best of three each. (A zero-round run also times the run's set-up,
@@ -228,10 +220,10 @@ def sweep_breakdown(experiment: str = "speedup_demo", rounds: int | None = None,
             began = time.perf_counter()
             problem, regularizer = execute.build(config)  # cached per process after the first time
             phases["data"] += time.perf_counter() - began
-            if _signature(config) not in compiled:
-                compiled.add(_signature(config))
+            if execute.run_kind([config]) not in compiled:  # its first run warms up: compiles or loads them
+                compiled.add(execute.run_kind([config]))
                 once = {**config, "rounds": 1, "eval_every": 1}
-                first, repeat = (execute.execute_run(once)["run_seconds"] or 0.0 for _ in range(2))
+                first, repeat = (execute.execute_run(once)["wall_seconds"] for _ in range(2))
                 phases["compile"] += max(0.0, first - repeat)
             point = spec.key if len(exp.seeds) < 2 else _point(config)
             if point not in evaluation:

@@ -117,26 +117,31 @@ def make_regularizer(table: dict, problem=None):
     return regularizer if block is None or problem is None else regularizers.on_block(regularizer, problem, block)
 
 
+def run_kind(configs: list) -> str:
+    """What selects the kernels that the runs ``configs`` (one run, or a batch) compile: the method, the
+    problem, the regularizer and its block, the data set's name and dtype, the backend, full or
+    minibatch gradients, and one run or a batch."""
+    first = configs[0]
+    data = {k: v for k, v in (first.get("dataset") or {}).items() if k in ("name", "dtype")}
+    return json.dumps([first["algorithm"]["name"], first["problem"], first["regularizer"].get("name"),
+                       first["regularizer"].get("block"), data, first.get("backend", "auto"),
+                       first["algorithm"].get("batch_size") is None, len(configs) > 1], sort_keys=True, default=str)
+
+
 def _warm_up(configs: list) -> None:
     """Run the first of ``configs`` (two of them for a batch) for one round, untimed and discarded,
-    the first time this process meets their kind of run, so that compiling or loading its kernels
-    does not count as training time.
+    the first time this process meets their kind of run (:func:`run_kind`), so that compiling or
+    loading its kernels does not count as training time.
 
     On a cold Numba cache the first run of a kind compiles for seconds (37 s for the MLP with a
     nuclear norm on two cores), which would land in one run's ``seconds``: the time of the FedCanon
-    experiments' curves and time-ratio claims. The kind is what selects the kernels: the method,
-    the problem, the regularizer and its block, the data set's name and dtype, the backend, full
-    or minibatch gradients, and one run or a batch. A warm-up that fails is ignored: the run
-    itself reports the error.
+    experiments' curves and time-ratio claims. A warm-up that fails is ignored: the run itself
+    reports the error.
     """
     from fedopt.batch import run_batch
     from fedopt.run import run
 
-    first = configs[0]
-    data = {k: v for k, v in (first.get("dataset") or {}).items() if k in ("name", "dtype")}
-    kind = json.dumps([first["algorithm"]["name"], first["problem"], first["regularizer"].get("name"),
-                       first["regularizer"].get("block"), data, first.get("backend", "auto"),
-                       first["algorithm"].get("batch_size") is None, len(configs) > 1], sort_keys=True, default=str)
+    first, kind = configs[0], run_kind(configs)
     if kind in _WARM:
         return
     _WARM.add(kind)
@@ -590,4 +595,4 @@ class _Signals:
 
 
 __all__ = ["EXECUTORS", "SweepInterrupted", "SweepSummary", "build", "default_owner", "execute_batch", "execute_run",
-           "load_dataset", "make_problem", "make_regularizer", "plan", "run_sweep"]
+           "load_dataset", "make_problem", "make_regularizer", "plan", "run_kind", "run_sweep"]
