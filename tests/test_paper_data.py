@@ -132,6 +132,20 @@ def test_download_refuses_what_is_not_28x28_images(tmp_path, monkeypatch):
     assert not (tmp_path / "fashion-mnist").exists()
 
 
+def test_a_download_without_network_says_how_to_place_the_files_by_hand(tmp_path, monkeypatch):
+    import urllib.error
+
+    import sklearn.datasets
+
+    def offline(name, **kwargs):
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(sklearn.datasets, "fetch_openml", offline)
+    with pytest.raises(OSError, match=f"could not download MNIST from OpenML .* copy the four IDX files into "
+                                      f"{tmp_path / 'mnist'} by hand"):
+        load_mnist(cache_dir=tmp_path, download=True)
+
+
 # ------------------------------------------------------------------------------------------- a9a
 @pytest.mark.parametrize("suffix", ["", ".gz", ".bz2"])
 def test_load_a9a_has_123_features_and_two_classes(tmp_path, suffix):

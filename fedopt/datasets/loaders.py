@@ -295,7 +295,11 @@ def _download_idx_set(kind: str, folder: Path, cache_root: Path) -> dict:
     # OpenML serves both sets as dense ARFF: scikit-learn's "pandas" parser is the fast one, and
     # "liac-arff" (slower, pure Python) needs no pandas.
     parser = "pandas" if importlib.util.find_spec("pandas") is not None else "liac-arff"
-    data = fetch_openml(openml_name, version=1, as_frame=False, parser=parser, data_home=str(cache_root))
+    try:
+        data = fetch_openml(openml_name, version=1, as_frame=False, parser=parser, data_home=str(cache_root))
+    except OSError as err:  # URLError and socket errors: no route to OpenML from here
+        raise OSError(f"could not download {title} from OpenML ({err}); on a machine without network, copy the "
+                      f"four IDX files into {folder} by hand (`fedopt data ls` says where they come from)") from err
     pixels = np.clip(np.rint(np.asarray(data.data, dtype=np.float64)), 0, 255).astype(np.uint8)
     n = _MNIST_TRAIN_SIZE
     if pixels.ndim != 2 or pixels.shape[1] != 28 * 28 or len(pixels) <= n:
