@@ -100,7 +100,7 @@ def test_weighted_fits_equal_repeated_rows(estimator, check):
     """scikit-learn's checks that a weighted fit equals a fit on repeated rows to 1e-7 relative,
     with the parameters they need, as scikit-learn runs them for its own iterative solvers: an
     iterative fit agrees only to its ``tol`` (the linear models' at the default is about 1e-5 on
-    this tiny data; sparse features are not centered, so slower), and the MLPs' weighted and
+    this tiny data), and the MLPs' weighted and
     repeated rows must take one path (one client, full gradients: another split or other
     minibatches give another network)."""
     with warnings.catch_warnings():
@@ -125,8 +125,19 @@ def test_lasso_reaches_scikit_learn_on_clients_with_sorted_targets(sparse):
     assert 0 < np.count_nonzero(est.coef_) < X.shape[1]
     np.testing.assert_allclose(est.coef_, expected.coef_, atol=1e-5)
     np.testing.assert_allclose(est.intercept_, expected.intercept_, atol=1e-5)
-    # the 6 clients send the coefficients, and the intercept where it is not in closed form (sparse X)
-    assert est.history_["floats_up"][1] == 6 * (X.shape[1] + sparse) * est.history_["round"][1]
+    # the 6 clients send the coefficients: the intercept is in closed form, sparse X centered implicitly
+    assert est.history_["floats_up"][1] == 6 * X.shape[1] * est.history_["round"][1]
+
+
+@pytest.mark.parametrize("make", [lambda: FederatedLasso(0.1), lambda: FederatedLogisticRegression(0.01)])
+def test_sparse_features_are_centered_like_dense_ones(make):
+    """CSR features are centered implicitly: the fit takes the dense fit's rounds to the same model."""
+    X, y, clients = regression() if isinstance(make(), FederatedLasso) else classification(n_classes=3)
+    X = np.where(np.abs(X) > 1, X, 0.0)  # some zeros, and features with nonzero means
+    dense, sparse = make().fit(X, y, clients=clients), make().fit(sp.csr_matrix(X), y, clients=clients)
+    assert sparse.n_iter_ == dense.n_iter_  # before centering: 140 and 90 rounds against 90 and 50
+    np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(sparse.intercept_, dense.intercept_, rtol=1e-8, atol=1e-10)
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])

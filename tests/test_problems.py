@@ -157,6 +157,40 @@ def test_parallel_fused_local_steps_match_the_reference(name):
     np.testing.assert_allclose(P, P_ref, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("name", ["least_squares", "logistic", "softmax"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_center_gives_the_problem_of_centered_rows_on_sparse_ones(backend, name, fit_intercept, weighted):
+    """``center=mu`` on CSR rows is the problem of the dense rows ``X - mu``: losses, full and minibatch
+    gradients, margins and smoothness, while the rows stay sparse (the estimators' centering)."""
+    import dataclasses
+
+    rng = np.random.default_rng(0)
+    X = (rng.random((91, 7)) < 0.3) * rng.random((91, 7))  # odd sizes
+    y = {"least_squares": rng.standard_normal(91), "logistic": rng.integers(0, 2, 91),
+         "softmax": rng.integers(0, 3, 91)}[name]
+    options = {"sample_weight": rng.random(91) + 0.5} if weighted else {}
+    sparse = partition(sp.csr_matrix(X), y, 3, "iid", seed=0, **options)
+    mu = np.asarray(sparse.X.mean(axis=0)).ravel()
+    dense = partition(X, y, 3, "iid", seed=0, **options)
+    dense = dataclasses.replace(dense, X=dense.X - mu)
+    cls = {"least_squares": LeastSquares, "logistic": Logistic, "softmax": Softmax}[name]
+    centered = cls(sparse, fit_intercept=fit_intercept, center=mu, backend=backend)
+    plain = cls(dense, fit_intercept=fit_intercept, backend=backend)
+    assert sp.issparse(centered.dataset.X) and centered.n_params == plain.n_params
+    x, W = rng.standard_normal(plain.n_params), rng.standard_normal((3, plain.n_params))
+    rows = plain.sample_rows(np.random.default_rng(1), 4)
+    assert centered.loss(x) == pytest.approx(plain.loss(x), rel=1e-12)
+    np.testing.assert_allclose(centered.grad(x), plain.grad(x), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(centered.client_grad(W, rows), plain.client_grad(W, rows), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(centered.decision_function(x), plain.decision_function(x), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(centered.smoothness(), plain.smoothness(), rtol=1e-8)
+    assert centered.on("numpy").center is centered.center
+    with pytest.raises(ValueError, match=r"one finite mean per feature, shape \(7,\), got shape \(6,\)"):
+        cls(sparse, center=mu[:6])
+
+
 def test_samples_weights_give_the_pooled_scikit_learn_losses():
     for name, loss_of in [
         ("logistic", lambda p, x, X, y: log_loss(y, 1 / (1 + np.exp(-(X @ x[:-1] + x[-1]))))),

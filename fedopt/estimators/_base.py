@@ -19,7 +19,7 @@ from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.algorithms.decentralized import DecentralizedMethod
 from fedopt.algorithms.vi import VIMethod
 from fedopt.datasets import from_client_ids, partition
-from fedopt.estimators._gap import dot_transposed
+from fedopt.estimators._gap import CenteredRows, dot_transposed
 from fedopt.metrics import natural_map
 from fedopt.problems import LeastSquares
 from fedopt.problems.base import WEIGHTS, client_weights, kernel_sample_weights
@@ -278,30 +278,32 @@ class _FederatedLinear(_FederatedEstimator):
     def _fit_linear(self, model, X, targets, clients, task, base, sample_weight, partial, n_classes=None):
         """Fit ``model`` (a linear problem class) with the penalty ``base`` on the coefficients only.
 
-        With ``fit_intercept`` and dense ``X``, the features are centered on their mean ``mu``
-        under the objective's row weights ``s_j`` first (one more aggregate from the clients):
-        ``X w + b = (X - mu) w + (b + mu w)`` changes the coordinates, not the solution, and
-        spares the method the ill-conditioning that features with large means give the intercept.
-        Least squares centers ``y`` on its mean ``ybar`` too, as scikit-learn does: the best
-        intercept is then ``ybar - mu w`` for every ``w``, the method fits ``w`` alone, and the
+        With ``fit_intercept``, the features are centered on their mean ``mu`` under the objective's
+        row weights ``s_j`` first (one more aggregate from the clients): ``X w + b = (X - mu) w +
+        (b + mu w)`` changes the coordinates, not the solution, and spares the method the
+        ill-conditioning that features with large means give the intercept. Dense ``X`` is
+        centered in place; sparse ``X`` implicitly (the problem's ``center``), so that it stays
+        sparse. Least squares centers ``y`` on its mean ``ybar`` too, as scikit-learn does: the
+        best intercept is then ``ybar - mu w`` for every ``w``, the method fits ``w`` alone, and the
         intercept's curvature (1, often far above the features') no longer sets the step size.
-        Sparse ``X`` stays as it is (centering would make it dense).
         Returns ``(coef (n_out, d), intercept (n_out,))``.
         """
         seed = self._seed()
         data = self._split(X, targets, clients, task, seed, sample_weight, n_classes)
-        offset, y_offset = np.zeros(X.shape[1], dtype=X.dtype), 0.0
-        centered = self.fit_intercept and not sp.issparse(X)
-        closed_form = centered and model is LeastSquares  # the best intercept is ybar - mu w
-        if centered:
+        offset, y_offset, center = np.zeros(X.shape[1], dtype=X.dtype), 0.0, None
+        closed_form = self.fit_intercept and model is LeastSquares  # the best intercept is ybar - mu w
+        if self.fit_intercept:
             shares = _row_shares(data, self.client_weights)
             offset = dot_transposed(data.X, shares).astype(X.dtype)
-            data = dataclasses.replace(data, X=_minus(data.X, offset, X))
+            if sp.issparse(data.X):
+                center = offset
+            else:
+                data = dataclasses.replace(data, X=_minus(data.X, offset, X))
             if closed_form:
                 y_offset = float(shares @ data.y)
                 data = dataclasses.replace(data, y=data.y - y_offset)
         problem = model(data, weights=self.client_weights, fit_intercept=self.fit_intercept and not closed_form,
-                        backend=self._backend(X))
+                        backend=self._backend(X), center=center)
         n_out, d = problem.n_out, X.shape[1]
         free = range(n_out * d, n_out * (d + 1)) if problem.fit_intercept else ()
         regularizer = _unpenalized(base, problem.n_params, free)
@@ -334,8 +336,8 @@ class _FederatedLinear(_FederatedEstimator):
         if parts is None:
             return None
         data = problem.dataset
-        gap, scale = self._gap_function(data.X, data.y, parts, _row_shares(data, problem.weights),
-                                        problem.fit_intercept)
+        X = data.X if problem.center is None else CenteredRows(data.X, problem.center)
+        gap, scale = self._gap_function(X, data.y, parts, _row_shares(data, problem.weights), problem.fit_intercept)
         d = data.n_features
 
         def of_vector(x):

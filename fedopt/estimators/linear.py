@@ -56,18 +56,17 @@ class FederatedLasso(_FederatedRegressor):
     Minimises ``(1 / (2 n_samples)) ||y - X w - b||^2 + alpha ||w||_1``, the same scaling as
     scikit-learn's ``Lasso(alpha)``: :class:`~fedopt.problems.LeastSquares` with sample-count
     weights and ``L1(alpha)``; with ``sample_weight`` the squared errors are averaged with those
-    weights, as in scikit-learn (integer weights equal repeated rows). With dense ``X`` and
-    ``fit_intercept=True``, ``X`` and ``y`` are centered on their means under the objective's
-    weights (one more aggregate from the clients), as scikit-learn does: the best intercept is
-    then ``b = mean(y) - mean(X) w`` for every ``w``, so the method fits ``w`` alone, on a problem
-    whose step size the intercept no longer sets (its curvature, 1, is often far above that of
-    the features: on the diabetes data, 60-70 rounds instead of about 2 560). With sparse ``X`` (which
-    centering would make dense) the intercept is one more coordinate of the model, which the
-    penalty skips (:class:`~fedopt.regularizers.Masked`), and the features' means couple it to
-    the coefficients: such fits can take many more rounds. Where the dense array fits in memory,
-    ``X.toarray()`` is then often the faster fit (one-hot features shaped like a9a, 11 % nonzero,
-    in ``bench/bench_estimators.py``: 2 140 rounds dense; as CSR, not converged in 10 000).
-    Dense float32 ``X`` is fitted in float32 (the kernels run in float32 and ``coef_`` is float32).
+    weights, as in scikit-learn (integer weights equal repeated rows). With ``fit_intercept=True``,
+    ``X`` and ``y`` are centered on their means under the objective's weights (one more aggregate
+    from the clients), as scikit-learn does: the best intercept is then ``b = mean(y) - mean(X)
+    w`` for every ``w``, so the method fits ``w`` alone, on a problem whose step size the
+    intercept no longer sets (its curvature, 1, is often far above that of the features: on the
+    diabetes data, 60-70 rounds instead of about 2 560). Sparse ``X`` is centered implicitly
+    (:class:`~fedopt.problems.LeastSquares`' ``center``) and stays sparse: it takes the rounds
+    of its dense array, each stepped array-wise rather than in the fused kernel (one-hot
+    features shaped like a9a, 11 % nonzero, in ``bench/bench_estimators.py``: 2 140 rounds
+    either way, 2.8x the dense fit's time). Dense float32 ``X`` is fitted in float32 (the
+    kernels run in float32 and ``coef_`` is float32).
 
     Parameters
     ----------
@@ -315,11 +314,10 @@ class FederatedLogisticRegression(_Classifier, _FederatedLinear):
     ``"l1"`` (``r = 1``), ``"l2"`` (``r = 0``) and ``"elasticnet"``. Two classes give the binary
     model (``coef_`` of shape ``(1, n_features)``, ``classes_[1]`` the positive class), more give
     the multinomial (softmax) one with a row per class, as in scikit-learn; its intercepts are
-    only defined up to a common shift, and are returned with zero sum. Dense ``X`` is centered on
-    its weighted mean (the intercepts absorb it); sparse ``X`` is not, so its features' means
-    couple the intercepts to the coefficients, and moderately sparse data that fits in memory as
-    a dense array is often fitted in fewer rounds as one (one-hot features shaped like a9a, 11 %
-    nonzero, in ``bench/bench_estimators.py``: 840 rounds dense, 4 280 as CSR).
+    only defined up to a common shift, and are returned with zero sum. ``X`` is centered on its
+    weighted mean (the intercepts absorb it), sparse ``X`` implicitly so that it stays sparse:
+    one-hot features shaped like a9a (11 % nonzero, in ``bench/bench_estimators.py``) take 840
+    rounds as CSR or dense (4 280 as CSR when sparse ``X`` was not centered).
 
     Parameters
     ----------

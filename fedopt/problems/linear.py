@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import svds
+from scipy.sparse.linalg import LinearOperator, svds
 
 from fedopt import kernels as K
 from fedopt.problems.base import Problem, kernel_sample_weights
@@ -18,15 +18,32 @@ class LinearModel(Problem):
     ``fit_intercept``, the ``n_out`` intercepts. A regularizer acts on the whole vector
     (intercepts included), as in the papers; give the intercept a zero weight
     (``L1(lam, weights=...)``) to leave it unpenalized.
+
+    ``center`` (``d`` feature means ``mu``, or None) centers the rows implicitly: the margins are
+    ``scale * (X - mu) @ coef.T + intercept``, while ``X`` itself, sparse CSR say, stays as it is.
+    Each oracle call then runs the kernels of ``X`` on the intercepts ``intercept - scale * coef
+    @ mu`` and takes ``scale * mu * dF/dintercept`` off the coefficients' gradient (the chain rule
+    of that change of variables; ``O(n p)`` a call, and the fused local steps step array-wise).
+    Centered features decouple the intercept from the coefficients, which a federated method's
+    step size feels: the estimators center sparse features this way.
     """
 
     kind: int = K.LEAST_SQUARES
     supports_sample_weight = True
 
-    def __init__(self, dataset, weights="uniform", fit_intercept: bool = False, backend="auto"):
+    def __init__(self, dataset, weights="uniform", fit_intercept: bool = False, backend="auto", center=None):
         self.fit_intercept = bool(fit_intercept)
         super().__init__(dataset, weights, backend)
         self._options["fit_intercept"] = self.fit_intercept
+        self.center = None
+        if center is not None:
+            mu = np.asarray(center, dtype=np.float64)
+            if mu.shape != (self.n_features,) or not np.isfinite(mu).all():
+                raise ValueError(f"center must hold one finite mean per feature, shape ({self.n_features},), "
+                                 f"got shape {mu.shape}")
+            self.center = mu
+            self._center = self.backend.asarray(mu, dtype=self.dtype)
+        self._options["center"] = self.center
 
     @property
     def n_out(self) -> int:
@@ -49,9 +66,33 @@ class LinearModel(Problem):
         return coef, intercept
 
     def _oracle(self, W, rows, loss_out, grad_out):
+        if self.center is not None:
+            return self._centered_oracle(W, rows, loss_out, grad_out)
         self.backend.kernels.linear_oracle(self._X, self._y, self._offsets, W, rows, self.kind, self.n_out,
                                            self.dataset.scale, self.fit_intercept, self._sample_weights, loss_out,
                                            grad_out)
+
+    def _centered_oracle(self, W, rows, loss_out, grad_out):
+        """The oracle of the rows ``X - mu`` from the kernels of ``X``: they run with an intercept slot
+        that holds ``intercept - scale * coef @ mu`` (0 for the intercept without ``fit_intercept``)."""
+        xp, k, d = self.backend.xp, self.n_out, self.n_features
+        scale = self.dtype.type(self.dataset.scale)
+        coef = W[:, : k * d]  # W has a row per client, or one row for all of them
+        shifted = xp.empty((W.shape[0], k * (d + 1)), dtype=self.dtype)
+        shifted[:, : k * d] = coef
+        shifted[:, k * d :] = -scale * (coef.reshape(W.shape[0], k, d) @ self._center)
+        if self.fit_intercept:
+            shifted[:, k * d :] += W[:, k * d :]
+        n = grad_out.shape[0]
+        want_grad = n > 0
+        inner = xp.empty((n, k * (d + 1)), dtype=self.dtype) if want_grad else grad_out
+        self.backend.kernels.linear_oracle(self._X, self._y, self._offsets, shifted, rows, self.kind, k,
+                                           self.dataset.scale, True, self._sample_weights, loss_out, inner)
+        if want_grad:
+            slope = inner[:, k * d :]  # dF/dintercept, per client and output
+            grad_out[:, : k * d] = inner[:, : k * d] - scale * (slope[:, :, None] * self._center).reshape(n, k * d)
+            if self.fit_intercept:
+                grad_out[:, k * d :] = slope
 
     def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
         """All local steps in one ``local_steps_linear`` call; False when the backend has no such
@@ -61,7 +102,7 @@ class LinearModel(Problem):
         Also False with sample weights: the fused kernels take none, and the array-wise steps
         (one weighted oracle call per step) compute the same iterates."""
         kernel = getattr(self.backend.kernels, "local_steps_linear", None)
-        if kernel is None or self.has_sample_weight:
+        if kernel is None or self.has_sample_weight or self.center is not None:
             return False
         done = kernel(self._X, self._y, self._offsets, self._per_step_rows(rows, len(thetas)), self.kind, self.n_out,
                       self.dataset.scale,
@@ -73,7 +114,7 @@ class LinearModel(Problem):
         """DEPOSITUM's iterations without gossip in one ``tracking_steps`` call (the CPU backends);
         False with sample weights (the fused kernel takes none) and the caller steps array-wise."""
         kernel = getattr(self.backend.kernels, "tracking_steps", None)
-        if kernel is None or self.has_sample_weight:
+        if kernel is None or self.has_sample_weight or self.center is not None:
             return False
         kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale, self.fit_intercept,
                node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G,
@@ -81,9 +122,11 @@ class LinearModel(Problem):
         return True
 
     def decision_function(self, x, X=None):
-        """Margins ``scale * X @ coef.T + intercept``, shape ``(m, n_out)``."""
+        """Margins ``scale * (X - mu) @ coef.T + intercept``, shape ``(m, n_out)`` (``mu = 0`` without ``center``)."""
         coef, intercept = self.unpack(self._vector(x))
         X = self._X if X is None else X
+        if self.center is not None:
+            intercept = intercept - self.dtype.type(self.dataset.scale) * (coef @ self._center)
         return self._features(X) @ coef.T + intercept
 
     def smoothness(self) -> np.ndarray:
@@ -91,7 +134,7 @@ class LinearModel(Problem):
 
         ``c`` is 1 for least squares, 1/4 for the logistic loss and 1/2 for softmax; ``X_i`` gets a
         column of ones with ``fit_intercept``, and its rows are scaled by ``sqrt(s'_j)`` with
-        sample weights (see :class:`~fedopt.problems.base.Problem`).
+        sample weights (see :class:`~fedopt.problems.base.Problem`); with ``center``, ``X_i - mu``.
         """
         factor = {K.LEAST_SQUARES: 1.0, K.LOGISTIC: 0.25, K.SOFTMAX: 0.5}[self.kind]
         result = np.empty(self.n_clients)
@@ -99,6 +142,11 @@ class LinearModel(Problem):
         for i in range(self.n_clients):
             X_i = self.dataset.client(i)[0]
             X_i = (X_i * self.dataset.scale) if sp.issparse(X_i) else X_i.astype(np.float64) * self.dataset.scale
+            if self.center is not None:
+                rows = weights[self.dataset.offsets[i] : self.dataset.offsets[i + 1]] if len(weights) else None
+                result[i] = factor * _top_singular_value(_centered(X_i, self.dataset.scale * self.center,
+                                                                   self.fit_intercept, rows)) ** 2 / X_i.shape[0]
+                continue
             if self.fit_intercept:
                 X_i = sp.hstack([X_i, np.ones((X_i.shape[0], 1))], format="csr") if sp.issparse(X_i) else \
                     np.hstack([X_i, np.ones((X_i.shape[0], 1))])
@@ -111,6 +159,32 @@ class LinearModel(Problem):
                 top = np.linalg.norm(X_i.toarray() if sp.issparse(X_i) else X_i, 2)
             result[i] = factor * top**2 / X_i.shape[0]
         return result
+
+
+def _centered(X, shift, intercept: bool, weights=None) -> LinearOperator:
+    """``diag(sqrt(weights)) [X - 1 shift^T, 1]`` as an operator: sparse ``X`` stays sparse (no ones
+    column without ``intercept``, no row scaling without ``weights``)."""
+    m, d = X.shape
+    root = np.ones(m) if weights is None else np.sqrt(weights)
+
+    def matvec(v):
+        v = np.ravel(v)
+        out = X @ v[:d] - shift @ v[:d] + (v[d] if intercept else 0.0)
+        return root * np.ravel(out)
+
+    def rmatvec(u):
+        u = root * np.ravel(u)
+        top = np.ravel(X.T @ u) - shift * u.sum()
+        return np.r_[top, u.sum()] if intercept else top
+
+    return LinearOperator((m, d + intercept), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+
+
+def _top_singular_value(A: LinearOperator) -> float:
+    """``||A||_2`` by ARPACK, or from the dense matrix where ARPACK cannot (``min(shape) <= 2``)."""
+    if min(A.shape) > 2:
+        return float(svds(A, k=1, return_singular_vectors=False, random_state=0)[0])
+    return float(np.linalg.norm(A @ np.eye(A.shape[1]), 2))
 
 
 class LeastSquares(LinearModel):
