@@ -1,12 +1,11 @@
 """Estimator fits: penalties other than l1 on the fused local steps, and the duality gap of float32 features.
 
-The estimators leave the intercepts unpenalized, so they regularize with ``Masked(base, mask)``
-(the least-squares ones on sparse X only: the diabetes cases pass it as CSR).
-With an l2 part (``FederatedElasticNet``, ``FederatedLogisticRegression`` with penalty ``"l2"`` or
-``"elasticnet"``) the prox shrinks the masked coordinates only (kernel ``SOFT_MASKED``); MCP and
-SCAD (``FederatedSparseRegressor``, ``penalty="mcp"`` or ``"scad"``) weight ``lam`` by the mask
-(``MCP_WEIGHTED``, ``SCAD_WEIGHTED``). Their local steps then run in the fused kernels like the
-l1 penalty's. Measured in one process, in turns: each fit's time per round (its time over
+The estimators leave the intercepts unpenalized, so logistic regression regularizes with
+``Masked(base, mask)`` (the least-squares ones fit the intercept in closed form: the diabetes
+cases time the unmasked kinds). With an l2 part (``penalty="l2"`` or ``"elasticnet"``) the prox
+shrinks the masked coordinates only (kernel ``SOFT_MASKED``); MCP and SCAD (``penalty="mcp"`` or
+``"scad"``) weight ``lam`` by the mask (``MCP_WEIGHTED``, ``SCAD_WEIGHTED``). Their local steps
+then run in the fused kernels like the l1 penalty's. Measured in one process, in turns: each fit's time per round (its time over
 ``n_iter_``, the stopping checks every ``eval_every`` rounds included), and ``x l1``, its ratio
 to the same data fitted with the l1 penalty in the untimed setup. Before those kinds, the fits
 stepped array-wise (BENCHMARKS.md).
@@ -20,7 +19,7 @@ gap's time before).
 ``test_regressor_fit_to_tol`` times whole default fits of the least-squares estimators to their
 ``tol`` (rounds in ``n_iter_``), in turns with scikit-learn's coordinate descent on the same data
 (``x sklearn``, a peer's time, not an equal accuracy: ours stops at a gap of ``1e-7``, theirs at
-``1e-4`` of its yardstick). On dense ``X`` they fit the intercept in closed form; before, it was
+``1e-4`` of its yardstick). They fit the intercept in closed form; before, it was
 a model coordinate whose curvature set the step size (2 560 rounds on the diabetes data).
 
 ``test_sparse_against_dense_fit`` fits one-hot features shaped like a9a (5 000 x 123, 11 %

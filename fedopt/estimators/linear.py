@@ -65,7 +65,7 @@ class FederatedLasso(_FederatedRegressor):
     (:class:`~fedopt.problems.LeastSquares`' ``center``) and stays sparse: it takes the rounds
     of its dense array, each stepped array-wise rather than in the fused kernel (one-hot
     features shaped like a9a, 11 % nonzero, in ``bench/bench_estimators.py``: 2 140 rounds
-    either way, 2.8x the dense fit's time). Dense float32 ``X`` is fitted in float32 (the
+    either way, 2.2-2.4x the dense fit's time). Dense float32 ``X`` is fitted in float32 (the
     kernels run in float32 and ``coef_`` is float32).
 
     Parameters
