@@ -5,10 +5,10 @@ The estimators leave the intercepts unpenalized, so logistic regression regulari
 cases time the unmasked kinds). With an l2 part (``penalty="l2"`` or ``"elasticnet"``) the prox
 shrinks the masked coordinates only (kernel ``SOFT_MASKED``); MCP and SCAD (``penalty="mcp"`` or
 ``"scad"``) weight ``lam`` by the mask (``MCP_WEIGHTED``, ``SCAD_WEIGHTED``). Their local steps
-then run in the fused kernels like the l1 penalty's. Measured in one process, in turns: each fit's time per round (its time over
-``n_iter_``, the stopping checks every ``eval_every`` rounds included), and ``x l1``, its ratio
-to the same data fitted with the l1 penalty in the untimed setup. Before those kinds, the fits
-stepped array-wise (BENCHMARKS.md).
+then run in the fused kernels like the l1 penalty's. Measured in one process, in turns: each
+fit's time per round (its time over ``n_iter_``, the stopping checks every ``eval_every`` rounds
+included), and ``x l1``, its ratio to the same data fitted with the l1 penalty in the untimed
+setup. Before those kinds, the fits stepped array-wise (BENCHMARKS.md).
 
 ``test_gap_of_float32_features`` times the duality gap the logistic fits check every
 ``eval_every`` rounds, on MNIST-shaped float32 features (60 000 x 784, 10 classes), in turns with
