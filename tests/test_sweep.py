@@ -97,6 +97,7 @@ def test_options_added_later_are_recorded_only_when_set():
     assert not {"samples_per_client", "dtype", "keep_models"} & set(dataset) and dataset["alpha"] == 1.0
     assert "dtype" in tiny().expand()[0].config["dataset"]  # digits recorded its dtype before: it stays
     assert "clients_per_round" not in tiny().expand()[0].config["algorithm"]
+    assert "center" not in tiny().expand()[0].config["problem"]  # the linear models' center, likewise
 
 
 def test_shared_hyperparameters_reach_only_the_methods_that_have_them():

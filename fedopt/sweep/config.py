@@ -750,10 +750,11 @@ def _is_int(value) -> bool:
 #: Options (of problems and methods) added after stores were written, recorded only when a run
 #: sets them: recording their defaults would change the key of every stored run that has them,
 #: and a resumed sweep would run those again.
-#: An entry is an option's name (of any problem or method) or a (data set, option) pair.
+#: An entry is an option's name (of any problem or method) or a (data set or problem, option) pair.
 LATER_OPTIONS = frozenset({"loss", "clients_per_round", "sampling",  # MLP's loss; the server methods' cohorts
                            ("fedprox_synthetic", "samples_per_client"), ("fedprox_synthetic", "dtype"),
-                           ("fedprox_synthetic", "keep_models")})
+                           ("fedprox_synthetic", "keep_models"),
+                           *((model, "center") for model in ("least_squares", "logistic", "softmax"))})
 
 
 @functools.cache
