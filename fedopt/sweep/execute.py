@@ -141,23 +141,40 @@ def _warm_up(configs: list) -> None:
     from fedopt.batch import run_batch
     from fedopt.run import run
 
-    first, kind = configs[0], run_kind(configs)
+    kind = run_kind(configs)
     if kind in _WARM:
         return
     _WARM.add(kind)
+    name, short = configs[0]["algorithm"]["name"], configs[:2]
+    untimed = {"rounds": 1, "eval_every": 1, "tol": None, "divergence": False, "progress": False}
     with contextlib.suppress(Exception):
-        short = configs[:2]
-        problems, regularizers = zip(*(build(config) for config in short), strict=True)
-        hyper = [{k: v for k, v in config["algorithm"].items() if k != "name"} for config in short]
-        options = {"rounds": 1, "eval_every": 1, "divergence": False, "progress": False}
         if len(short) == 1:
-            run(first["algorithm"]["name"], problems[0], regularizers[0], seed=first["seed"],
-                metric_gamma=first.get("metric_gamma"), eval_clients=first.get("eval_clients"), **options, **hyper[0])
+            run(name, *build(short[0]), **{**_run_options(short[0]), **untimed})
         else:
-            run_batch(first["algorithm"]["name"], list(problems), list(regularizers),
-                      seeds=[config["seed"] for config in short],
-                      metric_gamma=[config.get("metric_gamma") for config in short], **options,
-                      **{k: [h[k] for h in hyper] for k in hyper[0]})
+            run_batch(name, *_built(short), **{**_batch_options(short), **untimed})
+
+
+def _run_options(config: dict) -> dict:
+    """:func:`fedopt.run`'s keywords for a resolved configuration: its run options and hyperparameters."""
+    return {"rounds": config["rounds"], "seed": config["seed"], "eval_every": config["eval_every"],
+            "metric_gamma": config.get("metric_gamma"), "tol": config.get("tol"),
+            "divergence": config.get("divergence", True), "eval_clients": config.get("eval_clients"),
+            **{k: v for k, v in config["algorithm"].items() if k != "name"}}
+
+
+def _batch_options(configs: list) -> dict:
+    """:func:`fedopt.run_batch`'s keywords for compatible configurations: one value per run where they may differ."""
+    first = configs[0]
+    return {"rounds": first["rounds"], "seeds": [c["seed"] for c in configs], "eval_every": first["eval_every"],
+            "metric_gamma": [c.get("metric_gamma") for c in configs], "tol": first.get("tol"),
+            "divergence": first.get("divergence", True),
+            **{k: [c["algorithm"][k] for c in configs] for k in first["algorithm"] if k != "name"}}
+
+
+def _built(configs: list) -> tuple[list, list]:
+    """``(problems, regularizers)`` of the configurations (the problems cached: one per partition)."""
+    problems, regularizers = zip(*(build(config) for config in configs), strict=True)
+    return list(problems), list(regularizers)
 
 
 def execute_run(config: dict, progress: bool | None = False, callback=None) -> dict:
@@ -178,14 +195,10 @@ def execute_run(config: dict, progress: bool | None = False, callback=None) -> d
         _warm_up([config])
         problem, regularizer = build(config)
         record["backend"] = problem.backend.name
-        hyper = {k: v for k, v in config["algorithm"].items() if k != "name"}
         began = time.perf_counter()
         try:
-            result = fedopt.run(config["algorithm"]["name"], problem, regularizer, rounds=config["rounds"],
-                                seed=config["seed"], eval_every=config["eval_every"],
-                                metric_gamma=config.get("metric_gamma"), tol=config.get("tol"), progress=progress,
-                                callback=callback, divergence=config.get("divergence", True),
-                                eval_clients=config.get("eval_clients"), **hyper)
+            result = fedopt.run(config["algorithm"]["name"], problem, regularizer, progress=progress,
+                                callback=callback, **_run_options(config))
             record["status"] = "done"
         except DivergenceError as err:
             result = err.result
@@ -216,17 +229,10 @@ def execute_batch(configs, progress: bool | None = False, callback=None) -> list
     start = time.perf_counter()
     try:
         _warm_up(configs)
-        first = configs[0]
-        problems = [build(config)[0] for config in configs]  # cached: one per partition
-        names = [k for k in first["algorithm"] if k != "name"]
+        problems, regularizers = _built(configs)
         began = time.perf_counter()
-        results = fedopt.run_batch(
-            first["algorithm"]["name"], problems,
-            [make_regularizer(c["regularizer"], p) for c, p in zip(configs, problems, strict=True)],
-            rounds=first["rounds"], seeds=[c["seed"] for c in configs], eval_every=first["eval_every"],
-            metric_gamma=[c.get("metric_gamma") for c in configs], tol=first.get("tol"), progress=progress,
-            divergence=first.get("divergence", True), callback=callback,
-            **{k: [c["algorithm"][k] for c in configs] for k in names})
+        results = fedopt.run_batch(configs[0]["algorithm"]["name"], problems, regularizers, progress=progress,
+                                   callback=callback, **_batch_options(configs))
         seconds = (time.perf_counter() - began) / len(configs)
         histories = [{k: v.tolist() for k, v in result.history.as_dict().items()} for result in results]
     except Exception:  # run each one alone: the failing ones are stored as failed, the others as usual
