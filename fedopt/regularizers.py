@@ -87,6 +87,8 @@ class Regularizer:
     """Base class: validation, backend dispatch and the row-wise plumbing shared by every ``phi``."""
 
     name: ClassVar[str] = ""
+    #: Whether it reads the vector as a matrix of its field ``shape`` (:class:`Nuclear`; :func:`on_block` sets it).
+    on_matrix: ClassVar[bool] = False
 
     # ---- what subclasses provide -------------------------------------------------------------
     @property
@@ -132,7 +134,7 @@ class Regularizer:
         except ValueError as err:
             blocks = problem.blocks() if hasattr(problem, "blocks") else {}
             matrices = [f"{name} {shape}" for name, (_, shape) in blocks.items() if len(shape) == 2]
-            if "shape" not in {f.name for f in fields(self)} or not matrices:
+            if not self.on_matrix or not matrices:
                 raise
             raise ValueError(f"{err}; put it on a matrix block of {type(problem).__name__} ({', '.join(matrices)}) "
                              f"with fedopt.regularizers.on_block(regularizer, problem, name), or block = name in "
@@ -595,10 +597,7 @@ class SCAD(Regularizer):
 
     def __post_init__(self):
         object.__setattr__(self, "lam", real("lam", self.lam))
-        a = float(self.a)
-        if not (a > 2 and math.isfinite(a)):
-            raise ValueError(f"a must be a finite number > 2, got {self.a!r}")
-        object.__setattr__(self, "a", a)
+        object.__setattr__(self, "a", real("a", self.a, low=2, strict=True))
 
     @property
     def weak_convexity(self):
@@ -628,6 +627,7 @@ class Nuclear(Regularizer):
     lam: float = 1.0
     shape: tuple = (1, 1)
     name: ClassVar[str] = "nuclear"
+    on_matrix: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "lam", real("lam", self.lam))
@@ -784,7 +784,7 @@ def on_block(regularizer: Regularizer, problem, block: str) -> Masked:
         names = f"choose one of {', '.join(blocks)}" if blocks else "it names none, so leave block out"
         raise ValueError(f"block={block!r} is not a parameter block of {type(problem).__name__}; {names}")
     start, shape = blocks[block]
-    if "shape" in {f.name for f in fields(regularizer)}:
+    if regularizer.on_matrix:
         if len(shape) != 2:
             matrices = ", ".join(name for name, (_, s) in blocks.items() if len(s) == 2)
             raise ValueError(f"block={block!r} is a vector of shape {shape}, but {regularizer.name} acts on a "

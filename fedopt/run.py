@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 
 from fedopt import algorithms
-from fedopt._checks import count
+from fedopt._checks import count, real
 from fedopt.algorithms.base import Algorithm, Env, Start, State, cohort_size
 from fedopt.kernels.reference import array_module
 
@@ -527,8 +527,8 @@ def run_generator(seed) -> np.random.Generator:
 def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, Divergence | None]:
     """``(rounds, eval_every, rule)`` after checking the arguments that :func:`run` and
     :func:`fedopt.run_batch` share."""
-    if tol is not None and not (float(tol) >= 0 and math.isfinite(float(tol))):
-        raise ValueError(f"tol must be a finite number >= 0 or None, got {tol!r}")
+    if tol is not None:
+        real("tol", tol, hint=" (or None: no tolerance)")
     rule = Divergence.parse(divergence)
     return count("rounds", rounds, minimum=0), count("eval_every", eval_every), rule
 

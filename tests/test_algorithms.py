@@ -199,6 +199,9 @@ def test_invalid_hyperparameters_are_refused_before_any_work():
         fedopt.run("scaffold", problem, L1(0.1))
     with pytest.raises(ValueError, match="rounds must be an integer"):
         fedopt.run("fedavg", problem, L1(0.1), rounds=-1)
+    for tol in (-1.0, "loose"):  # float("loose") named no argument
+        with pytest.raises(ValueError, match=r"tol must be a finite number >= 0, got .* \(or None: no tolerance\)"):
+            fedopt.run("fedavg", problem, L1(0.1), tol=tol)
     with pytest.raises(ValueError, match="Zhang's prox step"):
         fedopt.run("zhang", problem, MCP(0.1, gamma=2.0), lr_local=0.5, local_steps=10)
     with pytest.raises(ValueError, match=rf"x0 must have shape \({problem.n_params},\)"):

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import scipy.sparse as sp
 
-from fedopt._checks import count
+from fedopt._checks import count, real
 from fedopt.datasets._dataset import FederatedDataset, check_features, check_sample_weight
 
 SCHEMES = ("iid", "sorted", "dirichlet", "shards")
@@ -249,9 +249,7 @@ def _label_aware_cuts(sorted_codes: np.ndarray, n_clients: int) -> np.ndarray:
 
 
 def _dirichlet(codes, n_classes, n_clients, alpha, min_samples, rng, max_draws: int = 1000):
-    alpha = float(alpha)
-    if not (alpha > 0 and np.isfinite(alpha)):
-        raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
+    alpha = real("alpha", alpha, strict=True)
     if min_samples is None:
         min_samples = max(1, min(10, len(codes) // (4 * n_clients)))
     by_class = [np.flatnonzero(codes == c) for c in range(n_classes)]
