@@ -8,14 +8,19 @@ import math
 import numbers
 
 
-def real(name: str, value, low: float = 0.0, *, strict: bool = False, hint: str = "") -> float:
-    """``value`` as a finite float ``>= low`` (``> low`` when ``strict``); ``hint`` ends the error."""
+def real(name: str, value, low: float = 0.0, *, strict: bool = False, below: float = math.inf,
+         hint: str = "") -> float:
+    """``value`` as a finite float ``>= low`` (``> low`` when ``strict``) and ``< below``; ``hint`` ends the error."""
     try:
         number = float(value)
     except (TypeError, ValueError):
         number = math.nan
-    if not (math.isfinite(number) and (number > low if strict else number >= low)):
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}{hint}")
+    if not (math.isfinite(number) and (number > low if strict else number >= low) and number < below):
+        if below < math.inf:
+            interval = f"in {'(' if strict else '['}{low:g}, {below:g})"
+        else:
+            interval = f"a finite number {'>' if strict else '>='} {low:g}"
+        raise ValueError(f"{name} must be {interval}, got {value!r}{hint}")
     return number
 
 

@@ -358,8 +358,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
                                            _per_run("metric_gamma", metric_gamma, count), strict=True):
         reg.check_problem(problem)
         method.check(problem, reg)
-        gamma = float(gamma if gamma is not None else getattr(method, "gamma", 1.0))
-        gammas.append(reg.check_step(gamma, "metric_gamma"))
+        gammas.append(reg.check_step(gamma if gamma is not None else getattr(method, "gamma", 1.0), "metric_gamma"))
     type(methods[0]).stack(methods, np, np.float64)  # refuse runs that cannot share a batch before any work
     x0s = [problem.start_point(x, seed)
            for problem, x, seed in zip(problems, _per_run("x0", x0, count, vector=True), seeds, strict=True)]

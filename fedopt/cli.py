@@ -124,6 +124,10 @@ def _run(args) -> int:
     validate(specs)
     spec = specs[0]
     cfg = spec.config
+    out = Path(args.out) if args.out else RESULTS / f"run-{spec.key[:12]}.csv"
+    for flag, path in (("--out", out), ("--store", args.store and Path(args.store))):
+        if path:
+            _check_writable(path, flag)  # before the run, not after it: its work is not lost to a typo
     data = cfg.get("dataset") or {"name": "no data set", "n_clients": cfg["problem"].get("n_clients")}
     print(f"{cfg['algorithm']['name']} on {cfg['problem']['name']} + {cfg['regularizer']['name']}, "
           f"{data['name']} with {data.get('n_clients')} clients, {cfg['rounds']} rounds, "
@@ -144,8 +148,6 @@ def _run(args) -> int:
     rose = objective_rose(history) if record["status"] == "done" else None  # (a diverged run says more below)
     if rose:
         print(f"    the objective rose from {rose[0]:.6g} to {rose[1]:.6g}: the steps may be too large")
-    out = Path(args.out) if args.out else RESULTS / f"run-{spec.key[:12]}.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(list(history))
@@ -541,6 +543,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=_positive, help="local worker processes (default: the cores)")
     demo.set_defaults(handler=_demo)
     return parser
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """Create ``path``'s folder and try to write ``path`` (leaving it as it was), or say which flag to fix."""
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        open(path, "a").close()
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(path)!r} cannot be written ({exc}): "
+                         f"give {flag} a file in a writable folder") from None
+    if not existed:
+        path.unlink()
 
 
 def _positive(text: str) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 
 from fedopt import kernels as K
 from fedopt._backend import Backend, backend_for
-from fedopt._checks import real
+from fedopt._checks import count, real
 from fedopt.kernels.reference import row_scales
 
 _NO_ROWS = {}  # (backend name, dtype) -> an empty (0, 0) array, the "absent" marker of the kernels
@@ -359,10 +359,7 @@ class GroupLasso(Regularizer):
     def __post_init__(self):
         object.__setattr__(self, "lam", real("lam", self.lam))
         if np.isscalar(self.groups) or getattr(self.groups, "ndim", None) == 0:
-            size = int(self.groups)
-            if size != self.groups or size < 1:
-                raise ValueError(f"groups as a block size must be an integer >= 1, got {self.groups!r}")
-            object.__setattr__(self, "groups", size)
+            object.__setattr__(self, "groups", count("groups as a block size", self.groups))
         else:
             labels = _group_labels(self.groups)
             labels.setflags(write=False)

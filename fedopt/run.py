@@ -399,8 +399,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         problem = problem.on(backend)
     regularizer.check_problem(problem)
     method.check(problem, regularizer)
-    gamma = float(metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0))
-    regularizer.check_step(gamma, "metric_gamma")
+    gamma = regularizer.check_step(metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0),
+                                   "metric_gamma")
     rng = run_generator(seed)
     if resume is not None:
         state = _resumed(resume, method.name, problem, regularizer, rng)

@@ -199,6 +199,10 @@ def test_invalid_hyperparameters_are_refused_before_any_work():
         fedopt.run("scaffold", problem, L1(0.1))
     with pytest.raises(ValueError, match="rounds must be an integer"):
         fedopt.run("fedavg", problem, L1(0.1), rounds=-1)
+    for wrong in ({"metric_gamma": "wide"}, {"algorithm": "feddr", "relax": "half"}):  # float() named none
+        algorithm = wrong.pop("algorithm", "fednmap")
+        with pytest.raises(ValueError, match=f"{next(iter(wrong))} must be"):
+            fedopt.run(algorithm, problem, L1(0.1), **wrong)
     for tol in (-1.0, "loose"):  # float("loose") named no argument
         with pytest.raises(ValueError, match=r"tol must be a finite number >= 0, got .* \(or None: no tolerance\)"):
             fedopt.run("fedavg", problem, L1(0.1), tol=tol)

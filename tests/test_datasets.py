@@ -160,6 +160,7 @@ def test_sparse_and_uint8_storage():
      "shards_per_client=40 needs 120 shards .* use at most 1 clients"),
     (lambda X, y: partition(X, y, 3, "shards", shards_per_client=0), "shards_per_client must be an integer >= 1"),
     (lambda X, y: partition(X, y, 3, test_size=1.5), "test_size must be"),
+    (lambda X, y: partition(X, y, 3, test_size="half"), r"test_size must be in \(0, 1\), got 'half'"),
     (lambda X, y: partition(X[:, 0], y, 3), "X must be a 2-D array"),
     (lambda X, y: partition(X, y, 3, dtype="uint8"), "dtype='uint8' needs integer"),
     (lambda X, y: partition(X, y, 3, dtype="int16"), "not a storage dtype"),

@@ -209,7 +209,9 @@ def test_costs_per_round(method, grads, proxes, gossips, start):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"comm_period": 0}, r"comm_period \(T0\) must be an integer >= 1"),
+    ({"comm_period": "ten"}, r"comm_period \(T0\) must be an integer >= 1, got 'ten'"),  # int() named nothing
     ({"momentum": 1.0}, r"momentum \(gamma\) must be in \[0, 1\)"),
+    ({"momentum": "high"}, r"momentum \(gamma\) must be in \[0, 1\), got 'high'"),
     ({"momentum_type": "heavy"}, "momentum_type='heavy' is unknown; choose 'polyak'"),
     ({"tracking_rate": 0.0}, "tracking_rate must be a finite number > 0"),
     ({"lr": -1.0}, "lr must be a finite number > 0"),
@@ -218,6 +220,7 @@ def test_costs_per_round(method, grads, proxes, gossips, start):
     ({"mixing": "uniform"}, "mixing='uniform' is unknown"),
     ({"topology": np.full((3, 3), 1 / 3)}, "topology has 3 nodes but the problem has 8 clients"),
     ({"topology": "torus", "edge_prob": 0.5, "topology_seed": 1.5}, "topology_seed must be an integer"),
+    ({"topology_seed": "one"}, "topology_seed must be an integer >= 0, got 'one'"),
     ({"lr": 4.0}, r"lr \(the prox step alpha\)=4 is too large"),
     ({"lr": 1.0, "tracking_rate": 4.0, "rescaled_prox": True}, r"lr \* tracking_rate \(the prox step\)=4 is too large"),
 ])
@@ -235,6 +238,8 @@ def test_the_ablation_refuses_a_tracking_rate_it_would_not_use():
 def test_deepstorm_refuses_a_momentum_of_one():
     with pytest.raises(ValueError, match=r"momentum \(1 - beta\) must be in \[0, 1\)"):
         fedopt.run("deepstorm", regression(), L1(0.1), rounds=1, momentum=1.0)
+    with pytest.raises(ValueError, match=r"init_batch_size must be an integer >= 1, or None .*, got 'all'"):
+        fedopt.run("deepstorm", regression(), L1(0.1), rounds=1, init_batch_size="all")
 
 
 def test_topology_objects_and_matrices_are_accepted():

@@ -67,14 +67,16 @@ def test_a_healthy_run_is_untouched(digits):
 
 
 def test_a_run_that_ends_above_its_start_is_done_and_named(digits, tmp_path, capsys):
-    high = default_run(digits, 5.0, rounds=100)  # too large a step, below the rule's 1000x: done, at 4.7 from 2.3
+    high = default_run(digits, 5.0, rounds=100)  # too large a step, below the rule's 1000x: done, above 2.3
     first, last = objective_rose(high.history)
     assert first == high.history["objective"][0] and last == high.history["objective"][-1] > first
     assert objective_rose(default_run(digits, 0.1).history) is None
     assert objective_rose({"objective": [1.0, float("nan"), 2.0]}) == (1.0, 2.0)  # NaN rows are skipped
     assert objective_rose({"objective": [1.0, 2.0], "gap": [1.0, 2.0]}) is None  # a VI gap bound may grow
     assert main(["run", "--set", "algorithm.lr_local=5", "--out", str(tmp_path / "h.csv")]) == 0
-    assert re.search(r"the objective rose from 2\.30259 to 4\.\d+: the steps may be too large", capsys.readouterr().out)
+    rose = re.search(r"the objective rose from 2\.30259 to (\d+\.\d+): the steps may be too large",
+                     capsys.readouterr().out)
+    assert rose and float(rose.group(1)) > 2.30259  # where it ends is chaotic: BLAS and compiler versions move it
 
 
 def test_a_run_that_oscillates_without_converging_stops_as_stalled_with_its_whole_history(digits):

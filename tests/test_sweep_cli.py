@@ -85,6 +85,27 @@ def test_a_failed_run_prints_one_error_and_no_traceback(tmp_path, capsys, monkey
     assert err.strip() == "fedopt run: the run failed: ValueError: boom"
 
 
+@pytest.mark.parametrize("flag", ["--out", "--store"])
+def test_an_unwritable_output_is_refused_before_the_run(flag, tmp_path, capsys, monkeypatch):
+    from fedopt.sweep import execute
+
+    ran = []
+
+    def failing(config, **_):
+        ran.append(config)
+        return {"status": "failed", "error": "ValueError: boom", "history": None}
+
+    monkeypatch.setattr(execute, "execute_run", failing)
+    (tmp_path / "a_file").write_text("")
+    target = tmp_path / "a_file" / "inside"  # a folder that cannot be made, even by root
+    assert main(["run", "--rounds", "1", flag, str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} '{target}' cannot be written" in err and not ran
+    fresh = tmp_path / "new" / "h.csv"  # a writable path is left as it was until the run writes it
+    assert main(["run", "--rounds", "1", "--out", str(fresh)]) == 1  # (the stubbed run fails)
+    assert ran and (tmp_path / "new").is_dir() and not fresh.exists()
+
+
 @pytest.mark.parametrize(("command", "flags"), [("run", ("--n-clients", "--rounds", "--seed")),
                                                 ("demo", ("--store", "--workers"))])
 def test_every_flag_has_help(command, flags):

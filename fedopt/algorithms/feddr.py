@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from fedopt._checks import real
 from fedopt.algorithms.base import Algorithm, CohortRounds, Env, State
 
 
@@ -62,11 +63,8 @@ class FedDR(CohortRounds, Algorithm):
 
     def __post_init__(self):
         super().__post_init__()
-        relax = float(self.relax)
-        if not (0 < relax < 2):
-            raise ValueError(f"relax must be in (0, 2) (FedDR's alpha, the Douglas-Rachford relaxation), "
-                             f"got {self.relax!r}")
-        object.__setattr__(self, "relax", relax)
+        object.__setattr__(self, "relax", real("relax", self.relax, strict=True, below=2,
+                                               hint=" (FedDR's alpha, the Douglas-Rachford relaxation)"))
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.gamma, "gamma")

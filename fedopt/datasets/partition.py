@@ -198,9 +198,7 @@ def _encode_like(y, classes):
 
 def _hold_out(codes, classes, test_size, rng):
     """``(kept rows, held-out rows)``: the train and test split of ``test_size``, sorted."""
-    test_size = float(test_size)
-    if not 0 < test_size < 1:
-        raise ValueError(f"test_size must be a fraction in (0, 1), got {test_size}")
+    test_size = real("test_size", test_size, strict=True, below=1, hint=" (the held-out fraction)")
     n = len(codes)
     n_test = round(test_size * n)
     if classes is None:

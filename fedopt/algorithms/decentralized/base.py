@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from fedopt._checks import count
 from fedopt.algorithms.base import Algorithm, Costs, Env, State
 from fedopt.algorithms.decentralized import topology as T
 from fedopt.algorithms.decentralized.mixing import Mixer
@@ -64,9 +65,7 @@ class DecentralizedMethod(Algorithm):
                                  "or pass a Topology, a mixing matrix or a graph")
             if self.topology == "erdos_renyi" and self.edge_prob is None:
                 raise ValueError("topology='erdos_renyi' needs edge_prob, the probability of each edge (e.g. 0.3)")
-        seed = self.topology_seed
-        if isinstance(seed, bool) or int(seed) != seed:
-            raise ValueError(f"topology_seed must be an integer, got {seed!r}")
+        object.__setattr__(self, "topology_seed", count("topology_seed", self.topology_seed, 0))
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.lr, "lr (the prox step alpha)")
@@ -74,7 +73,7 @@ class DecentralizedMethod(Algorithm):
     # ---- helpers for the methods
     def network(self, problem) -> tuple[T.Topology, Mixer]:
         """The topology on the problem's clients and its gossip operator on the problem's backend."""
-        graph = T.make(self.topology, problem.n_clients, self.mixing, self.edge_prob, int(self.topology_seed))
+        graph = T.make(self.topology, problem.n_clients, self.mixing, self.edge_prob, self.topology_seed)
         return graph, Mixer(graph, problem.backend, problem.dtype)
 
     def new_state(self, problem, regularizer, rng, graph, mixer, X, costs: Costs, **arrays) -> State:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from fedopt._checks import count, real
 from fedopt.algorithms.base import Costs
 from fedopt.algorithms.decentralized.base import DecentralizedMethod
 
@@ -37,14 +38,9 @@ class DeepStorm(DecentralizedMethod):
 
     def __post_init__(self):
         super().__post_init__()
-        momentum = float(self.momentum)
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum (1 - beta) must be in [0, 1), got {self.momentum!r}")
-        object.__setattr__(self, "momentum", momentum)
-        batch = self.init_batch_size
-        if batch is not None and (isinstance(batch, bool) or int(batch) != batch or batch < 1):
-            raise ValueError("init_batch_size must be an integer >= 1, or None for full local gradients; "
-                             f"got {batch!r}")
+        object.__setattr__(self, "momentum", real("momentum (1 - beta)", self.momentum, below=1))
+        object.__setattr__(self, "init_batch_size", count("init_batch_size", self.init_batch_size,
+                                                          none="for full local gradients"))
 
     def init(self, problem, regularizer, rng, x0=None):
         graph, mixer = self.network(problem)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from fedopt._checks import count, real
 from fedopt.algorithms.base import Costs
 from fedopt.algorithms.decentralized.base import DecentralizedMethod
 
@@ -66,17 +67,11 @@ class Depositum(DecentralizedMethod):
 
     def __post_init__(self):
         super().__post_init__()
-        gamma = float(self.momentum)
-        if not 0 <= gamma < 1:
-            raise ValueError(f"momentum (gamma) must be in [0, 1), got {self.momentum!r}")
-        object.__setattr__(self, "momentum", gamma)
+        object.__setattr__(self, "momentum", real("momentum (gamma)", self.momentum, below=1))
         if self.momentum_type not in MOMENTUM_TYPES:
             raise ValueError(f"momentum_type={self.momentum_type!r} is unknown; choose 'polyak' (OPTION I) "
                              "or 'nesterov' (OPTION II)")
-        period = self.comm_period
-        if isinstance(period, bool) or int(period) != period or period < 1:
-            raise ValueError(f"comm_period (T0) must be an integer >= 1, got {period!r}")
-        object.__setattr__(self, "comm_period", int(period))
+        object.__setattr__(self, "comm_period", count("comm_period (T0)", self.comm_period))
         if not isinstance(self.rescaled_prox, bool):
             raise ValueError(f"rescaled_prox must be True or False, got {self.rescaled_prox!r}")
 
