@@ -211,7 +211,7 @@ class TestLocalStepsKernel:
         args, start = make_case(rng, LEAST_SQUARES, np.float64, 5, 3, True, False, SOFT)
         check(args, start, block=512)
 
-    def test_declines_csr_features_and_softmax(self):
+    def test_declines_csr_features_softmax_and_centered_rows(self):
         import scipy.sparse as sp
 
         rng = np.random.default_rng(0)
@@ -221,6 +221,7 @@ class TestLocalStepsKernel:
         assert local_steps.local_steps_linear(*csr, Z, P) is None
         softmax = (*args[:4], SOFTMAX, 3, *args[6:])
         assert local_steps.local_steps_linear(*softmax, Z, P) is None
+        assert local_steps.local_steps_linear(*args, Z, P, center=np.zeros(args[0].shape[1])) is None
         np.testing.assert_array_equal(Z, start)
 
     def test_declines_a_model_too_wide_for_shared_memory(self):

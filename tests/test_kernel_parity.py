@@ -4,6 +4,8 @@ Sizes are odd and even, vectors and batches, small (serial kernels) and large en
 parallel and chunked paths; float64 must agree to ~1e-10 and float32 to ~1e-5.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -179,7 +181,8 @@ def test_kernel_modules_implement_the_contract(module):
 @pytest.mark.parametrize("storage", ["dense", "csr"])
 def test_fused_local_steps_match_reference(kind, n_out, storage, dtype):
     """``local_steps_linear`` on minibatches of 1 to 5 rows (the four-row groups and their short
-    tails) and on full batches, with and without an intercept and a shift, for three prox forms."""
+    tails) and on full batches, with and without an intercept and a shift, for three prox forms;
+    CSR rows also centered (the problems' ``center``), which the kernel declines on dense rows."""
     import scipy.sparse as sp
 
     from fedopt import kernels as K
@@ -192,6 +195,7 @@ def test_fused_local_steps_match_reference(kind, n_out, storage, dtype):
     if storage == "csr":
         X = sp.csr_matrix(X * (rng.uniform(size=X.shape) < 0.5))
     y = [rng.standard_normal(30), np.sign(rng.standard_normal(30)), rng.integers(0, n_out, 30)][kind].astype(dtype)
+    mu = rng.uniform(-1, 1, d).astype(dtype)
     proxes = [(K.SOFT, np.tile([0.02, 0.9], (steps, 1))), (K.CLIP, np.tile([-0.3, 0.25], (steps, 1))),
               (K.IDENTITY, np.zeros((steps, 2)))]
     for batch in (1, 2, 3, 4, 5, 0):
@@ -200,12 +204,16 @@ def test_fused_local_steps_match_reference(kind, n_out, storage, dtype):
         for fit_intercept in (False, True):
             p = n_out * (d + fit_intercept)
             for prox_kind, thetas in proxes:
-                for D in (np.empty((0, 0), dtype), (0.1 * rng.standard_normal((n, p))).astype(dtype)):
+                for D, center in itertools.product(
+                        (np.empty((0, 0), dtype), (0.1 * rng.standard_normal((n, p))).astype(dtype)), (None, mu)):
                     start = (0.3 * rng.standard_normal((n, p))).astype(dtype)
                     args = (X, y, offsets, rows, kind, n_out, 0.7, fit_intercept, D, 0.2, prox_kind,
                             thetas.astype(dtype), np.empty((0, 0), dtype))
-                    Z_ref, P_ref = reference.local_steps_linear(*args, start.copy(), start.copy())
-                    Z, P = cpu.local_steps_linear(*args, start.copy(), start.copy())
+                    if center is not None and storage == "dense":
+                        assert cpu.local_steps_linear(*args, start, start, center=center) is None
+                        continue
+                    Z_ref, P_ref = reference.local_steps_linear(*args, start.copy(), start.copy(), center=center)
+                    Z, P = cpu.local_steps_linear(*args, start.copy(), start.copy(), center=center)
                     assert Z.dtype == P.dtype == dtype
                     np.testing.assert_allclose(Z, Z_ref, **tolerances(dtype))
                     np.testing.assert_allclose(P, P_ref, **tolerances(dtype))

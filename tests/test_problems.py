@@ -163,7 +163,8 @@ def test_parallel_fused_local_steps_match_the_reference(name):
 @pytest.mark.parametrize("weighted", [False, True])
 def test_center_gives_the_problem_of_centered_rows_on_sparse_ones(backend, name, fit_intercept, weighted):
     """``center=mu`` on CSR rows is the problem of the dense rows ``X - mu``: losses, full and minibatch
-    gradients, margins and smoothness, while the rows stay sparse (the estimators' centering)."""
+    gradients, margins, smoothness and a round's local steps (fused where the backend can), while
+    the rows stay sparse (the estimators' centering)."""
     import dataclasses
 
     rng = np.random.default_rng(0)
@@ -186,6 +187,17 @@ def test_center_gives_the_problem_of_centered_rows_on_sparse_ones(backend, name,
     np.testing.assert_allclose(centered.client_grad(W, rows), plain.client_grad(W, rows), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(centered.decision_function(x), plain.decision_function(x), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(centered.smoothness(), plain.smoothness(), rtol=1e-8)
+    minibatches, shift = plain.sample_rows(np.random.default_rng(2), 4, steps=3), 0.1 * W
+    for rows in (minibatches, None):  # full local gradients with None
+        Z, P, Z_ref, P_ref = W.copy(), W.copy(), W.copy(), W.copy()
+        fused = centered.fused_local_steps(rows, shift, 0.1, K.SOFT, np.tile([1e-2, 1.0], (3, 1)),
+                                           np.empty((0, 0)), Z, P)
+        assert fused != weighted  # the fused kernels take no sample weights
+        for step in range(3 if fused else 0):
+            Z_ref -= 0.1 * (plain.client_grad(P_ref, None if rows is None else rows[step]) + shift)
+            P_ref = np.sign(Z_ref) * np.maximum(np.abs(Z_ref) - 1e-2, 0)
+        np.testing.assert_allclose(Z, Z_ref, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(P, P_ref, rtol=1e-10, atol=1e-12)
     assert centered.on("numpy").center is centered.center
     with pytest.raises(ValueError, match=r"one finite mean per feature, shape \(7,\), got shape \(6,\)"):
         cls(sparse, center=mu[:6])

@@ -100,7 +100,8 @@ def test_group_index_lists_are_the_labels_of_their_positions():
     assert listed.value(z[0]) == labelled.value(z[0])
 
 
-@pytest.mark.parametrize("size", [0, -2, 2.5, float("nan"), "big"], ids=["zero", "negative", "fractional", "nan", "word"])
+@pytest.mark.parametrize("size", [0, -2, 2.5, float("nan"), "big"],
+                         ids=["zero", "negative", "fractional", "nan", "word"])
 def test_group_block_size_must_be_positive_integer(size):
     """A block size must be an integer >= 1."""
     with pytest.raises(ValueError, match=r"groups as a block size must be an integer >= 1"):

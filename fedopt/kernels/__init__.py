@@ -73,7 +73,8 @@ or class codes.
 
 The fused local loop (:mod:`.reference`, :mod:`.cpu` and :mod:`.gpu`)
 ----------------------------------------------------------------------
-``local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P)``
+``local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P,
+center=None)``
     All local steps of a round for a linear model, ``rows`` of shape ``(Q, n, b)`` (or
     ``(Q, n, 0)`` for full local gradients): for each step ``l`` and client ``i``,
     ``Z[i] -= lr * (grad f_i(P[i]) + D[i])`` and ``P[i] = prox(Z[i])`` with the separable prox
@@ -82,8 +83,9 @@ The fused local loop (:mod:`.reference`, :mod:`.cpu` and :mod:`.gpu`)
     steps by ``lr[i]``); ``thetas`` is ``(Q, k)``, shared, or ``(Q, n, k)`` (client ``i`` uses
     ``thetas[l, i]``). On the CPU this is one ``prange`` over clients whose Q steps run serially
     in cache; on the GPU one thread block per client, for dense single-output models whose state
-    fits in shared memory. A kernel may return None for a case it does not cover, and the caller
-    then steps array-wise.
+    fits in shared memory. ``center`` (``d`` feature means) steps on the rows ``X - center``
+    (the problems' ``center``): the CPU kernel for CSR ``X`` without forming them. A kernel may
+    return None for a case it does not cover, and the caller then steps array-wise.
 ``local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, prox_kind, thetas, w, Z, P)``
     The same for the MLP of ``mlp_oracle`` (CPU only: one ``prange`` task per client, BLAS
     products on buffers that stay in cache).

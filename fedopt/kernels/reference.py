@@ -290,14 +290,19 @@ def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weig
     return loss_out, grad_out
 
 
-def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
+def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P,
+                       center=None):
     """The local steps of a round for a linear model (the fused path's reference; see :mod:`fedopt.kernels`).
 
     For each step ``l``: ``G = grad f_i(P[i]; rows[l, i])`` for every client,
     ``Z -= lr * (G + D)`` (``D`` may be empty) and ``P = prox_l(Z)``, the separable prox of code
     ``prox_kind`` with parameters ``thetas[l]`` (IDENTITY copies ``Z``). ``lr`` is a scalar or one
     value per row; ``thetas`` is ``(Q, k)`` or ``(Q, n, k)`` (row ``i`` at ``thetas[l, i]``).
+    ``center`` (``d`` feature means, or None) steps on the rows ``X - center``, formed here as a
+    dense copy (clear rather than lean: the numba kernel centers CSR rows without one).
     """
+    if center is not None:
+        X = (X.toarray() if hasattr(X, "toarray") else X) - center
     G = np.empty_like(Z)
     lr = _per_row(lr, Z.dtype)
     for step in range(rows.shape[0]):

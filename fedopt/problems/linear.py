@@ -23,7 +23,8 @@ class LinearModel(Problem):
     ``scale * (X - mu) @ coef.T + intercept``, while ``X`` itself, sparse CSR say, stays as it is.
     Each oracle call then runs the kernels of ``X`` on the intercepts ``intercept - scale * coef
     @ mu`` and takes ``scale * mu * dF/dintercept`` off the coefficients' gradient (the chain rule
-    of that change of variables; ``O(n p)`` a call, and the fused local steps step array-wise).
+    of that change of variables; ``O(n p)`` a call). The CPU's fused local steps do the same inside
+    the kernel for CSR ``X``; dense ``X`` with ``center`` steps array-wise.
     Centered features decouple the intercept from the coefficients, which a federated method's
     step size feels: the estimators center sparse features this way.
     """
@@ -35,7 +36,7 @@ class LinearModel(Problem):
         self.fit_intercept = bool(fit_intercept)
         super().__init__(dataset, weights, backend)
         self._options["fit_intercept"] = self.fit_intercept
-        self.center = None
+        self.center = self._center = None
         if center is not None:
             mu = np.asarray(center, dtype=np.float64)
             if mu.shape != (self.n_features,) or not np.isfinite(mu).all():
@@ -96,17 +97,18 @@ class LinearModel(Problem):
 
     def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
         """All local steps in one ``local_steps_linear`` call; False when the backend has no such
-        kernel, or its kernel returns None for this model (the GPU kernel declines CSR features
-        and SOFTMAX), and the caller then steps array-wise.
+        kernel, or its kernel returns None for this model (the GPU kernel declines CSR features,
+        SOFTMAX and ``center``, the CPU kernel ``center`` on dense features), and the caller then
+        steps array-wise.
 
         Also False with sample weights: the fused kernels take none, and the array-wise steps
         (one weighted oracle call per step) compute the same iterates."""
         kernel = getattr(self.backend.kernels, "local_steps_linear", None)
-        if kernel is None or self.has_sample_weight or self.center is not None:
+        if kernel is None or self.has_sample_weight:
             return False
         done = kernel(self._X, self._y, self._offsets, self._per_step_rows(rows, len(thetas)), self.kind, self.n_out,
-                      self.dataset.scale,
-                      self.fit_intercept, D, lr, prox_kind, thetas, w, Z, P)
+                      self.dataset.scale, self.fit_intercept, D, lr, prox_kind, thetas, w, Z, P,
+                      center=self._center)
         return done is not None
 
     def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,

@@ -130,15 +130,20 @@ def _sample_weight(sample_weight, dtype):
     return sample_weight.astype(dtype, copy=False) if len(sample_weight) else None
 
 
-def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
+def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P,
+                       center=None):
     """A round's local steps in one call: per client and step ``Z -= lr * (grad(P) + D); P = prox(Z)``.
 
     ``lr`` is a scalar or one value per client, ``thetas`` ``(Q, k)`` or ``(Q, n, k)`` (per client).
+    ``center`` (``d`` feature means) steps on the rows ``X - center`` of CSR ``X``; None, with
+    nothing done, for dense ``X`` (the caller steps array-wise).
     """
     dtype = Z.dtype
+    if center is not None and not hasattr(X, "indptr"):
+        return None
     work = _work(X, _rows_read(offsets, rows), n_out, Z.shape[0])
     _models.local_steps_kernel(work, *_model_arrays(X, Z), y, *_clients(offsets), rows, kind, n_out,
-                               dtype.type(scale), fit_intercept, D, _per_row(lr, dtype, len(Z)), prox_kind,
+                               dtype.type(scale), fit_intercept, center, D, _per_row(lr, dtype, len(Z)), prox_kind,
                                _per_row_thetas(thetas, dtype, len(Z)), w, Z, P)
     return Z, P
 

@@ -189,14 +189,62 @@ def _softmax_pass(X, y, sample_weight, rows, first, count, w, k, scale, fit_inte
 
 
 @function(fastmath=REDUCTION_MATH)
+def _csr_pass(data, indices, indptr, d, y, sample_weight, rows, first, count, w, kind, n_out, scale, fit_intercept,
+              center, M, g, inv_count, want_loss, want_grad):
+    """:func:`_client_pass` on CSR rows, into a zeroed ``g``. With ``center`` (``d`` means ``mu``, or
+    None) the rows are ``X - mu`` without forming them (the problems' ``center`` option): the margins
+    take ``b - scale * coef @ mu`` as their intercepts, and the coefficients' gradient loses ``scale *
+    mu * dF/db`` (the chain rule of that change of variables), ``O(p)`` a pass."""
+    zero = scale - scale
+    intercepts, slopes = M[n_out + 1 : 2 * n_out + 1], M[2 * n_out + 1 : 3 * n_out + 1]
+    for c in range(n_out):
+        b = w[n_out * d + c] if fit_intercept else zero
+        if center is not None:
+            s = zero
+            for j in range(d):
+                s += w[c * d + j] * center[j]
+            b -= scale * s
+        intercepts[c] = b
+        slopes[c] = zero
+    total = 0.0
+    for t in range(count):
+        r = row_of(rows, first, t)
+        for c in range(n_out):
+            s = zero
+            for k in range(indptr[r], indptr[r + 1]):
+                s += data[k] * w[c * d + indices[k]]
+            M[c] = s * scale + intercepts[c]
+        loss = _residual(kind, M, n_out, y[r], want_loss)
+        if sample_weight is not None:
+            loss = _weigh(M, n_out, sample_weight[r], loss)
+        total += loss
+        if want_grad:
+            for c in range(n_out):
+                step = M[c] * (scale * inv_count)
+                for k in range(indptr[r], indptr[r + 1]):
+                    g[c * d + indices[k]] += step * data[k]
+                slopes[c] += M[c] * inv_count
+    if want_grad:
+        for c in range(n_out):
+            if fit_intercept:
+                g[n_out * d + c] = slopes[c]
+            if center is not None:
+                shift = scale * slopes[c]
+                for j in range(d):
+                    g[c * d + j] -= shift * center[j]
+    return total * inv_count
+
+
+@function(fastmath=REDUCTION_MATH)
 def _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows, first, count, w, kind, n_out, scale,
-                 fit_intercept, M, g, want_loss, want_grad):
+                 fit_intercept, center, M, g, want_loss, want_grad):
     """Mean loss of one client over ``count`` rows (when ``want_loss``), and its gradient into ``g``
     (when ``want_grad``).
 
     The rows are ``rows[:count]`` (global indices) when ``rows`` is not empty, else the client's
     contiguous rows ``first, ..., first + count - 1``. ``X`` is dense when ``dense``, else
-    ``data, indices, indptr`` hold CSR rows; ``d`` is the number of features. ``sample_weight``
+    ``data, indices, indptr`` hold CSR rows (centered by ``center``, see :func:`_csr_pass`; None
+    for dense rows); ``d`` is the number of features. ``sample_weight``
     (by global row) multiplies each row's loss and residuals; None for no weights, and then Numba
     compiles a variant without the branches that read it (the fused loops run exactly the
     unweighted code). ``M`` is scratch from :func:`_scratch`. Each row is read once for its
@@ -214,35 +262,20 @@ def _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows, fir
     if dense:
         return _softmax_pass(X, y, sample_weight, rows, first, count, w, n_out, scale, fit_intercept, g, inv_count,
                              want_loss, want_grad, M[n_out + 1 :]) * inv_count
-    total = 0.0
-    for t in range(count):  # CSR rows
-        r = row_of(rows, first, t)
-        for c in range(n_out):
-            s = zero
-            for k in range(indptr[r], indptr[r + 1]):
-                s += data[k] * w[c * d + indices[k]]
-            M[c] = s * scale + (w[n_out * d + c] if fit_intercept else zero)
-        loss = _residual(kind, M, n_out, y[r], want_loss)
-        if sample_weight is not None:
-            loss = _weigh(M, n_out, sample_weight[r], loss)
-        total += loss
-        if want_grad:
-            for c in range(n_out):
-                step = M[c] * (scale * inv_count)
-                for k in range(indptr[r], indptr[r + 1]):
-                    g[c * d + indices[k]] += step * data[k]
-                if fit_intercept:
-                    g[n_out * d + c] += M[c] * inv_count
-    return total * inv_count
+    return _csr_pass(data, indices, indptr, d, y, sample_weight, rows, first, count, w, kind, n_out, scale,
+                     fit_intercept, center, M, g, inv_count, want_loss, want_grad)
 
 
 @inline
 def _scratch(dense, kind, count, d, n_out, like):
     """The scratch ``M`` of a client's :func:`_client_pass` calls, in the dtype of ``like``: ``n_out + 1``
-    values, and for dense softmax rows the buffers of :func:`_softmax_pass` after them (allocated
-    once per client rather than once per step: 0.12 us of a 2.8 us step)."""
+    values, then :func:`_csr_pass`'s intercepts and slopes for CSR rows, or for dense softmax rows the
+    buffers of :func:`_softmax_pass` (allocated once per client rather than once per step: 0.12 us of
+    a 2.8 us step)."""
     size = n_out + 1
-    if dense and kind == SOFTMAX:
+    if not dense:
+        size += 2 * n_out
+    elif kind == SOFTMAX:
         chunk = min(count, CHUNK)
         size += chunk * (d + n_out + 2)
     return np.empty(size, dtype=like.dtype)
@@ -265,7 +298,7 @@ def linear_oracle_kernel(X, data, indices, indptr, dense, d, y, starts, ends, or
         M = _scratch(dense, kind, count, d, n_out, W)
         g = grad_out[i] if want_grad else M
         loss = _client_pass(X, data, indices, indptr, dense, d, y, sample_weight, rows[i], first, count, w, kind, n_out,
-                            scale, fit_intercept, M, g, want_loss, want_grad)
+                            scale, fit_intercept, None, M, g, want_loss, want_grad)
         if want_loss:
             loss_out[i] = loss
 
@@ -359,13 +392,13 @@ def _softmax_steps(X, y, rows, client, following, first, count, k, scale, fit_in
 
 @kernel(fastmath=REDUCTION_MATH)
 def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, order, rows, kind, n_out, scale,
-                       fit_intercept, D, lr, prox_kind, thetas, w, Z, P):
+                       fit_intercept, center, D, lr, prox_kind, thetas, w, Z, P):
     """All of a round's local steps, client by client: for ``l < Q``, ``g = grad f_i(P[i]; rows[l, i])``,
     ``Z[i] -= lr_i * (g + D[i])``, ``P[i] = prox_l(Z[i])`` (separable prox of code ``prox_kind``
     with parameters ``thetas[l, i]``; IDENTITY copies). ``D`` may be empty (no shift). ``lr`` is
     ``(1,)`` or ``(n,)``, ``thetas`` ``(Q, 1, k)`` or ``(Q, n, k)``: see :func:`_row_value`.
-    No sample weights (weighted problems step through :func:`linear_oracle_kernel`). Clients in
-    ``order`` (see :func:`visited`)."""
+    No sample weights (weighted problems step through :func:`linear_oracle_kernel`). ``center``:
+    see :func:`_csr_pass` (CSR rows only; None for none). Clients in ``order`` (see :func:`visited`)."""
     n, p = Z.shape
     for k in prange(n):
         i = visited(order, k)
@@ -387,7 +420,7 @@ def local_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, orde
         z = Z[i]  # CSR rows
         for step in range(rows.shape[0]):
             _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, i], first, count, P[i], kind,
-                         n_out, scale, fit_intercept, M, g, False, True)
+                         n_out, scale, fit_intercept, center, M, g, False, True)
             for j in range(p):
                 z[j] -= rate * (g[j] + shift[j])
             prox_row(prox_kind, theta[step], w, Z, i, P)
@@ -477,5 +510,5 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, o
             if step == rows.shape[0]:
                 break
             _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, node], first, count, x, kind,
-                         n_out, scale, fit_intercept, M, g, False, True)
+                         n_out, scale, fit_intercept, None, M, g, False, True)
             _track(g, factor, tracking, beta, tracker, last)

@@ -308,7 +308,7 @@ def _dense(X):
 
 
 def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P,
-                       block=None, tile=None):
+                       center=None, block=None, tile=None):
     """A round's local steps of every client in one launch, as :func:`fedopt.kernels.reference.local_steps_linear`.
 
     NumPy, per step ``l``: ``G = grad f_i(P[i]; rows[l, i])``, ``Z -= lr * (G + D)``,
@@ -320,10 +320,10 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
     ``Z``'s stream. ``block`` is the threads per block (a power of two, default about ``p / 4``
     clamped to [32, 256]), ``tile`` the rows per tile (default 4).
 
-    Returns ``(Z, P)``, or None, with nothing done, for CSR features, SOFTMAX, or a model whose
+    Returns ``(Z, P)``, or None, with nothing done, for CSR features, SOFTMAX, a ``center``, or a model whose
     state does not fit in :data:`MAX_SHARED_BYTES` (the caller then takes its step-by-step path).
     """
-    if not _dense(X) or kind not in (LEAST_SQUARES, LOGISTIC) or n_out != 1:
+    if not _dense(X) or kind not in (LEAST_SQUARES, LOGISTIC) or n_out != 1 or center is not None:
         return None
     if prox_kind not in KIND_NAMES:
         raise ValueError(f"unknown prox kind {prox_kind}")
