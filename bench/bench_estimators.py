@@ -24,7 +24,7 @@ a model coordinate whose curvature set the step size (2 560 rounds on the diabet
 
 ``test_sparse_against_dense_fit`` fits one-hot features shaped like a9a (5 000 x 123, 11 %
 nonzero) as CSR and as a dense array, in turns: both are centered (CSR implicitly, by the
-problem's ``center``), so both take the same rounds; CSR steps array-wise, dense in the fused kernel.
+problem's ``center``), so both take the same rounds, each in the fused kernel of its storage.
 
 Nothing is asserted on timings. Run from the repository root::
 

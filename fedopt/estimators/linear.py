@@ -63,9 +63,9 @@ class FederatedLasso(_FederatedRegressor):
     intercept no longer sets (its curvature, 1, is often far above that of the features: on the
     diabetes data, 60-70 rounds instead of about 2 560). Sparse ``X`` is centered implicitly
     (:class:`~fedopt.problems.LeastSquares`' ``center``) and stays sparse: it takes the rounds
-    of its dense array, each stepped array-wise rather than in the fused kernel (one-hot
-    features shaped like a9a, 11 % nonzero, in ``bench/bench_estimators.py``: 2 140 rounds
-    either way, 2.2-2.4x the dense fit's time). Dense float32 ``X`` is fitted in float32 (the
+    of its dense array (one-hot features shaped like a9a, 11 % nonzero, in
+    ``bench/bench_estimators.py``: 2 140 rounds either way, 1.45-1.7x the dense fit's time: a
+    CSR pass gathers where a dense one streams). Dense float32 ``X`` is fitted in float32 (the
     kernels run in float32 and ``coef_`` is float32).
 
     Parameters
