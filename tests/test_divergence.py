@@ -76,7 +76,7 @@ def test_a_run_that_ends_above_its_start_is_done_and_named(digits, tmp_path, cap
     assert main(["run", "--set", "algorithm.lr_local=5", "--out", str(tmp_path / "h.csv")]) == 0
     rose = re.search(r"the objective rose from 2\.30259 to (\d+\.\d+): the steps may be too large",
                      capsys.readouterr().out)
-    assert rose and float(rose.group(1)) > 2.30259  # where it ends is chaotic: BLAS and compiler versions move it
+    assert rose and float(rose.group(1)) > 2.30259  # where it ends is chaotic: the CPU the kernels compile for moves it
 
 
 def test_a_run_that_oscillates_without_converging_stops_as_stalled_with_its_whole_history(digits):

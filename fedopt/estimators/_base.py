@@ -19,7 +19,7 @@ from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.algorithms.decentralized import DecentralizedMethod
 from fedopt.algorithms.vi import VIMethod
 from fedopt.datasets import from_client_ids, partition
-from fedopt.estimators._gap import CenteredRows, dot_transposed
+from fedopt.estimators._gap import CenteredRows, _float64_chunks, dot_transposed
 from fedopt.metrics import natural_map
 from fedopt.problems import LeastSquares
 from fedopt.problems.base import WEIGHTS, client_weights, kernel_sample_weights
@@ -155,7 +155,7 @@ class _FederatedEstimator(BaseEstimator):
             bias = ALGORITHMS[canonical(self.algorithm)].fixed_point_bias
             advice = [f"{self.algorithm} may settle short of the solution: {bias}. fednmap, zhang, feddr and fedadmm "
                       "reach it; a smaller lr_local shrinks the bias" if bias else
-                      "Raise max_rounds or tol, or check the step sizes"]
+                      "Raise max_rounds or tol, or check the step sizes", *_conditioning(problem, regularizer)]
             if batch is not None and batch < int(problem.dataset.client_sizes.max()):
                 advice.append(f"Minibatches of batch_size={batch} leave a noise floor that may lie above tol; "
                               "batch_size=None uses each client's full data")
@@ -218,6 +218,35 @@ class _GapStop:
     def __call__(self, state, row):
         self.last = self.gap(self.backend.to_numpy(state.x))
         return self.last <= self.limit
+
+
+def _conditioning(problem, regularizer) -> list[str]:
+    """What sets a first-order method's rounds on a linear model, for the ConvergenceWarning: its
+    smoothness ``L``, over the penalty's ridge strength ``l2`` where it has one (a ``Masked`` one's
+    too), and the spread of the features' scales where they are not within 3x of 1 (nothing for
+    other models)."""
+    if not hasattr(problem, "smoothness"):
+        return []
+    L, l2 = float(problem.smoothness().max()), getattr(getattr(regularizer, "base", regularizer), "l2", 0.0)
+    measure = f"the condition number L / l2 = {L / l2:.3g}" if l2 > 0 else f"the smoothness L = {L:.3g}"
+    advice = f"The rounds grow with {measure}"
+    scales = _feature_scales(problem.dataset.X) * problem.dataset.scale
+    varying = scales[scales > 1e-12 * scales.max()]
+    if len(varying) and not (varying.min() >= 1 / 3 and varying.max() <= 3):
+        advice += (f", which features on a common scale (StandardScaler) usually lower: these have standard "
+                   f"deviations from {varying.min():.3g} to {varying.max():.3g}")
+    return [advice]
+
+
+def _feature_scales(X) -> np.ndarray:
+    """The standard deviation of each feature (column) of dense or sparse ``X``, in float64."""
+    m = X.shape[0]
+    if sp.issparse(X):
+        means, squares = (np.asarray(Y.mean(axis=0)).ravel() for Y in (X, X.multiply(X)))
+    else:
+        means = dot_transposed(X, np.full(m, 1 / m))
+        squares = sum(np.einsum("ij,ij->j", chunk, chunk) for _, chunk in _float64_chunks(X)) / m
+    return np.sqrt(np.maximum(squares - means * means, 0.0))
 
 
 def _linear_steps(problem, regularizer, gamma, lr_local, local_steps):
