@@ -19,7 +19,7 @@ from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.algorithms.decentralized import DecentralizedMethod
 from fedopt.algorithms.vi import VIMethod
 from fedopt.datasets import from_client_ids, partition
-from fedopt.estimators._gap import CenteredRows, _float64_chunks, dot_transposed
+from fedopt.estimators._gap import CenteredRows, dot_transposed, float64_chunks
 from fedopt.metrics import natural_map
 from fedopt.problems import LeastSquares
 from fedopt.problems.base import WEIGHTS, client_weights, kernel_sample_weights
@@ -245,7 +245,7 @@ def _feature_scales(X) -> np.ndarray:
         means, squares = (np.asarray(Y.mean(axis=0)).ravel() for Y in (X, X.multiply(X)))
     else:
         means = dot_transposed(X, np.full(m, 1 / m))
-        squares = sum(np.einsum("ij,ij->j", chunk, chunk) for _, chunk in _float64_chunks(X)) / m
+        squares = sum(np.einsum("ij,ij->j", chunk, chunk) for _, chunk in float64_chunks(X)) / m
     return np.sqrt(np.maximum(squares - means * means, 0.0))
 
 

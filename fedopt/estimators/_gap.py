@@ -26,7 +26,7 @@ from sklearn.utils.extmath import safe_sparse_dot
 CHUNK_ROWS = 512
 
 
-def _float64_chunks(X):
+def float64_chunks(X):
     """``(rows, X[rows] in float64)`` for consecutive chunks of dense ``X``, in one reused buffer."""
     buffer = np.empty((min(CHUNK_ROWS, X.shape[0]), X.shape[1]))
     for start in range(0, X.shape[0], CHUNK_ROWS):
@@ -53,7 +53,7 @@ def _dot(X, W):
     if sp.issparse(X) or X.dtype == np.float64:
         return safe_sparse_dot(X, W)
     out = np.empty((X.shape[0], *W.shape[1:]))
-    for rows, chunk in _float64_chunks(X):
+    for rows, chunk in float64_chunks(X):
         out[rows] = chunk @ W
     return out
 
@@ -65,7 +65,7 @@ def dot_transposed(X, V):
     if sp.issparse(X) or X.dtype == np.float64:
         return safe_sparse_dot(X.T, V)
     out = np.zeros((X.shape[1], *V.shape[1:]))
-    for rows, chunk in _float64_chunks(X):
+    for rows, chunk in float64_chunks(X):
         out += chunk.T @ V[rows]
     return out
 
