@@ -64,9 +64,8 @@ class FederatedLasso(_FederatedRegressor):
     diabetes data, 60-70 rounds instead of about 2 560). Sparse ``X`` is centered implicitly
     (:class:`~fedopt.problems.LeastSquares`' ``center``) and stays sparse: it takes the rounds
     of its dense array (one-hot features shaped like a9a, 11 % nonzero, in
-    ``bench/bench_estimators.py``: 2 140 rounds either way, 1.45-1.7x the dense fit's time: a
-    CSR pass gathers where a dense one streams). Dense float32 ``X`` is fitted in float32 (the
-    kernels run in float32 and ``coef_`` is float32).
+    ``bench/bench_estimators.py``: 2 140 rounds either way, in 0.7x the dense fit's time). Dense
+    float32 ``X`` is fitted in float32 (the kernels run in float32 and ``coef_`` is float32).
 
     Parameters
     ----------
