@@ -204,9 +204,10 @@ def test_max_rounds_before_tol_warns(estimator, rule):
 def test_the_warning_names_the_conditioning_and_features_far_from_a_common_scale():
     """On the digits' pixels (standard deviations 0.02 to 6.5) ``FederatedLogisticRegression(0.01)``
     did not converge in 10 000 rounds, and took 4 280 standardized: the warning says what sets the
-    rounds, and points at the features' scales where they are far from a common one."""
+    rounds, and points at the features' scales where they spread over more than 10x."""
     X, y = load_digits(return_X_y=True)
-    fits = {"raw": X, "standardized": StandardScaler().fit_transform(X)}
+    fits = {"raw": X, "standardized": StandardScaler().fit_transform(X),
+            "standardized, times 100": 100 * StandardScaler().fit_transform(X)}  # a common scale, not 1
     for name, features in fits.items():
         for estimator, measure in ((FederatedLogisticRegression(), r"the smoothness L = [\d.]+"),
                                    (FederatedLogisticRegression(penalty="l2", alpha=0.01),
