@@ -129,6 +129,26 @@ def test_problems_that_cannot_share_a_batch(data):
         fedopt.run_batch("fedavg", [logistic(data), other_n], seeds=[0, 1], rounds=1)
 
 
+def test_centered_sparse_problems_batch_with_one_center():
+    """Two partitions of CSR rows centered on the pooled mean run as one batch (the fused kernel
+    over both) as they run alone; each data set's own mean is refused: the view has one center."""
+    import scipy.sparse as sp
+
+    X, y = make_classification(240, 11, n_informative=6, random_state=0)
+    X = sp.csr_matrix(np.where(X > 0.5, X, 0.0))
+    mu = np.asarray(X.mean(axis=0)).ravel()
+    parts = [partition(X, y, n_clients=5, scheme="dirichlet", seed=s) for s in (0, 1)]
+    problems = [Logistic(part, fit_intercept=True, center=mu, backend="numba") for part in parts]
+    common = {"rounds": 4, "local_steps": 3, "batch_size": 6, "lr_local": 0.3}
+    for seed, problem, result in zip([0, 1], problems, fedopt.run_batch("fednmap", problems, L1(1e-3), seeds=[0, 1],
+                                                                          **common), strict=True):
+        assert_same_run(fedopt.run("fednmap", problem, L1(1e-3), seed=seed, **common), result)
+    own = [Logistic(part, fit_intercept=True, center=np.asarray(part.X.mean(axis=0)).ravel(), backend="numba")
+           for part in parts[:1]] + problems[1:]
+    with pytest.raises(ValueError, match="must share their center: those of runs 0 and 1 differ"):
+        fedopt.run_batch("fednmap", own, L1(1e-3), seeds=[0, 1], **common)
+
+
 def test_mlp_batch(data):
     problem = MLP(data, hidden=4, backend="numba")
     results = fedopt.run_batch("fedcanon", problem, L1(1e-3), seeds=[0, 1], rounds=4, local_steps=2, batch_size=5,

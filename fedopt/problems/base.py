@@ -163,11 +163,18 @@ class Problem(PointArguments):
         client ``i`` of ``problems[r]``, and the oracles take the kernels' ``(3, N)`` client bounds.
         Problems on one data set share its arrays; different data sets (other partitions of the
         same samples, say) are stacked once each. :class:`fedopt.batch.BatchProblem` runs its
-        oracles on the view; the view's own ``average`` and ``loss`` are not federated ones."""
+        oracles on the view; the view's own ``average`` and ``loss`` are not federated ones, and it
+        takes the options of the first problem (all but the client weights must be the same)."""
         first = problems[0]
         distinct = list({id(p.dataset): p for p in problems}.values())
         if any(p.dataset.scale != first.dataset.scale or p._X.dtype != first._X.dtype for p in distinct):
             raise ValueError("the data sets of a batch must store their features alike (one dtype and scale)")
+        for r, p in enumerate(problems):
+            differ = [name for name, value in p._options.items()
+                      if name != "weights" and not np.array_equal(value, first._options[name])]
+            if differ:  # e.g. each data set's own feature means as `center`: one view runs every client row
+                raise ValueError(f"the problems of a batch must share their {' and '.join(differ)}: those of runs 0 "
+                                 f"and {r} differ; run them in separate batches")
         base, position = {}, 0
         for problem in distinct:
             base[id(problem.dataset)] = position
