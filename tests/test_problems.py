@@ -1,5 +1,7 @@
 """Problems and their batched oracles: finite differences, backend parity, pooled losses, errors."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -136,12 +138,18 @@ def test_parallel_kernel_matches_the_reference():
     np.testing.assert_allclose(fast.client_grad(W, rows), ref.client_grad(W, rows), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["logistic", "softmax"])
-def test_parallel_fused_local_steps_match_the_reference(name):
+@pytest.mark.parametrize("name, storage", [("logistic", "dense"), ("softmax", "dense"), ("logistic", "csr-centered")])
+def test_parallel_fused_local_steps_match_the_reference(name, storage):
     # 8 clients x 2 steps x 64 rows x 300 features: enough work for the prange variant
     from fedopt.kernels.cpu import _jit
 
     ref, fast = (build(name, backend=b, n_samples=2000, d=300, n_clients=8) for b in ("numpy", "numba"))
+    if storage == "csr-centered":  # the same rows as CSR, centered inside the kernel
+        mu = ref.dataset.X.mean(axis=0)
+        ref = type(ref)(dataclasses.replace(ref.dataset, X=ref.dataset.X - mu), fit_intercept=True, backend="numpy")
+        data = fast.dataset
+        csr = dataclasses.replace(data, X=sp.csr_matrix(data.X), X_test=sp.csr_matrix(data.X_test))
+        fast = type(fast)(csr, fit_intercept=True, center=mu, backend="numba")
     rows = ref.sample_rows(np.random.default_rng(0), 64, steps=2)
     assert rows.size * 300 >= _jit.PARALLEL_MIN_WORK
     start = np.stack([random_point(ref, seed=i, spread=0.05) for i in range(8)])
@@ -165,8 +173,6 @@ def test_center_gives_the_problem_of_centered_rows_on_sparse_ones(backend, name,
     """``center=mu`` on CSR rows is the problem of the dense rows ``X - mu``: losses, full and minibatch
     gradients, margins, smoothness and a round's local steps (fused where the backend can), while
     the rows stay sparse (the estimators' centering)."""
-    import dataclasses
-
     rng = np.random.default_rng(0)
     X = (rng.random((91, 7)) < 0.3) * rng.random((91, 7))  # odd sizes
     y = {"least_squares": rng.standard_normal(91), "logistic": rng.integers(0, 2, 91),
