@@ -288,7 +288,7 @@ def test_minibatch_rows_match_reference(shape):
 def test_tracking_steps_match_reference(kind, n_out, storage, dtype):
     """``tracking_steps`` (DEPOSITUM's local iterations): Polyak and Nesterov momentum, with and
     without tracking (the ablation's ``y = g_new``, beta unused), minibatches and full passes,
-    weighted nodes, the serial and parallel variants."""
+    weighted nodes, the serial and parallel variants; CSR rows also centered."""
     import scipy.sparse as sp
 
     from fedopt import kernels as K
@@ -315,7 +315,11 @@ def test_tracking_steps_match_reference(kind, n_out, storage, dtype):
                             start[2] = np.empty((0, 0), dtype)
                         args = (X, y, offsets, rows, kind, n_out, 0.7, True, node_scale, 0.6, 0.2, 0.5, nesterov,
                                 tracking, prox_kind, np.array(theta, dtype), np.empty((0, 0), dtype))
-                        for phases in ({}, {"adapt_first": False}, {"adapt_after": True}):
+                        centers = (None, rng.uniform(-1, 1, d).astype(dtype)) if storage == "csr" else (None,)
+                        if storage == "dense":  # declined: the caller steps array-wise
+                            assert cpu.tracking_steps(*args, *start, center=np.zeros(d, dtype)) is None
+                        for phases in ({}, {"adapt_first": False}, {"adapt_after": True},
+                                       *({"center": center} for center in centers[1:])):
                             expected = reference.tracking_steps(*args, *[a.copy() for a in start], **phases)
                             result = cpu.tracking_steps(*args, *[a.copy() for a in start], **phases)
                             for got, want in zip(result, expected, strict=True):

@@ -8,10 +8,12 @@ import scipy.sparse as sp
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import log_loss, r2_score
 
+import fedopt
 from fedopt import kernels as K
 from fedopt.datasets import FederatedDataset, load_digits, partition
 from fedopt.kernels import batched, reference
 from fedopt.problems import MLP, LeastSquares, Logistic, Softmax
+from fedopt.regularizers import L1
 
 
 def dataset(kind, n_samples=91, d=7, n_clients=5, storage="dense", seed=0, n_classes=3):
@@ -204,6 +206,9 @@ def test_center_gives_the_problem_of_centered_rows_on_sparse_ones(backend, name,
             P_ref = np.sign(Z_ref) * np.maximum(np.abs(Z_ref) - 1e-2, 0)
         np.testing.assert_allclose(Z, Z_ref, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(P, P_ref, rtol=1e-10, atol=1e-12)
+    depositum = {"rounds": 2, "comm_period": 3, "batch_size": 4, "lr": 0.05}  # the tracking steps, fused or not
+    np.testing.assert_allclose(fedopt.run("depositum", centered, L1(1e-2), **depositum).x,
+                               fedopt.run("depositum", plain, L1(1e-2), **depositum).x, rtol=1e-10, atol=1e-12)
     assert centered.on("numpy").center is centered.center
     with pytest.raises(ValueError, match=r"one finite mean per feature, shape \(7,\), got shape \(6,\)"):
         cls(sparse, center=mu[:6])

@@ -90,7 +90,7 @@ center=None)``
     The same for the MLP of ``mlp_oracle`` (CPU only: one ``prange`` task per client, BLAS
     products on buffers that stay in cache).
 ``tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta,
-nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False)``
+nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False, center=None)``
     DEPOSITUM's iterations without gossip for a linear model (reference and CPU), ``rows`` of
     shape ``(T, n, b)`` or ``(T, n, 0)``: per node and iteration, the momentum ``NU`` (and ``MU``
     with ``nesterov``; else ``MU`` is ``(0, 0)``) on the tracker ``Y``, ``P = prox(P - alpha NU)``
@@ -99,7 +99,8 @@ nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adap
     ``alpha`` and ``beta`` are scalars or length-``n`` vectors (node ``i`` uses entry ``i``), ``theta``
     ``(k,)`` or ``(n, k)``. Two trailing options split an iteration around a gossip of ``P``:
     ``adapt_first=False`` starts the first iteration at its gradient (its momentum and prox ran in
-    the call before), ``adapt_after=True`` ends the call with one more iteration's momentum and prox.
+    the call before), ``adapt_after=True`` ends the call with one more iteration's momentum and prox;
+    ``center`` as in ``local_steps_linear``.
 ``tracking_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, node_scale, gamma, alpha, beta,
 nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False)``
     The same for the MLP of ``mlp_oracle`` (reference and CPU).

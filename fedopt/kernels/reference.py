@@ -290,6 +290,12 @@ def mlp_oracle(X, y, offsets, W, rows, n_hidden, n_out, kind, scale, sample_weig
     return loss_out, grad_out
 
 
+def _centered(X, center):
+    """The rows ``X - center`` as a dense copy (clear rather than lean: the numba kernels center CSR
+    rows without one), or ``X`` itself for no ``center``."""
+    return X if center is None else (X.toarray() if hasattr(X, "toarray") else X) - center
+
+
 def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P,
                        center=None):
     """The local steps of a round for a linear model (the fused path's reference; see :mod:`fedopt.kernels`).
@@ -298,11 +304,9 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
     ``Z -= lr * (G + D)`` (``D`` may be empty) and ``P = prox_l(Z)``, the separable prox of code
     ``prox_kind`` with parameters ``thetas[l]`` (IDENTITY copies ``Z``). ``lr`` is a scalar or one
     value per row; ``thetas`` is ``(Q, k)`` or ``(Q, n, k)`` (row ``i`` at ``thetas[l, i]``).
-    ``center`` (``d`` feature means, or None) steps on the rows ``X - center``, formed here as a
-    dense copy (clear rather than lean: the numba kernel centers CSR rows without one).
+    ``center`` (``d`` feature means, or None) steps on the rows ``X - center``: see :func:`_centered`.
     """
-    if center is not None:
-        X = (X.toarray() if hasattr(X, "toarray") else X) - center
+    X = _centered(X, center)
     G = np.empty_like(Z)
     lr = _per_row(lr, Z.dtype)
     for step in range(rows.shape[0]):
@@ -326,7 +330,7 @@ def local_steps_mlp(X, y, offsets, rows, n_hidden, n_out, kind, scale, D, lr, pr
 
 
 def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta, nesterov,
-                   tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False):
+                   tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False, center=None):
     """DEPOSITUM's iterations without gossip for a linear model, ``rows`` of shape ``(T, n, b)``.
 
     For each iteration: ``nu = gamma nu + (1 - gamma) y`` (Nesterov: ``mu`` first, then
@@ -336,10 +340,12 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node; ``theta`` is ``(k,)`` or ``(n, k)``.
     Without ``adapt_first`` the first iteration starts at its gradient; ``adapt_after`` ends the call
     with the momentum and prox of one more iteration (a gossip of ``P`` then goes between the two calls).
+    ``center`` as in :func:`local_steps_linear`.
     """
+    features = _centered(X, center)
 
     def gradient(W, step_rows, out):
-        linear_oracle(X, y, offsets, W, step_rows, kind, n_out, scale, fit_intercept, np.empty(0, W.dtype),
+        linear_oracle(features, y, offsets, W, step_rows, kind, n_out, scale, fit_intercept, np.empty(0, W.dtype),
                       np.empty(0, W.dtype), out)
 
     return _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta,

@@ -23,8 +23,8 @@ class LinearModel(Problem):
     ``scale * (X - mu) @ coef.T + intercept``, while ``X`` itself, sparse CSR say, stays as it is.
     Each oracle call then runs the kernels of ``X`` on the intercepts ``intercept - scale * coef
     @ mu`` and takes ``scale * mu * dF/dintercept`` off the coefficients' gradient (the chain rule
-    of that change of variables; ``O(n p)`` a call). The CPU's fused local steps do the same inside
-    the kernel for CSR ``X``; dense ``X`` with ``center`` steps array-wise.
+    of that change of variables; ``O(n p)`` a call). The CPU's fused local and tracking steps do the
+    same inside the kernel for CSR ``X``; dense ``X`` with ``center`` steps array-wise.
     Centered features decouple the intercept from the coefficients, which a federated method's
     step size feels: the estimators center sparse features this way.
     """
@@ -114,14 +114,15 @@ class LinearModel(Problem):
     def fused_tracking_steps(self, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w,
                              P, NU, MU, Y, G, adapt_first=True, adapt_after=False) -> bool:
         """DEPOSITUM's iterations without gossip in one ``tracking_steps`` call (the CPU backends);
-        False with sample weights (the fused kernel takes none) and the caller steps array-wise."""
+        False with sample weights (the fused kernel takes none) or when the kernel declines (``center``
+        on dense features), and the caller steps array-wise."""
         kernel = getattr(self.backend.kernels, "tracking_steps", None)
-        if kernel is None or self.has_sample_weight or self.center is not None:
+        if kernel is None or self.has_sample_weight:
             return False
-        kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale, self.fit_intercept,
-               node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P, NU, MU, Y, G,
-               adapt_first=adapt_first, adapt_after=adapt_after)
-        return True
+        done = kernel(self._X, self._y, self._offsets, rows, self.kind, self.n_out, self.dataset.scale,
+                      self.fit_intercept, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta, w, P,
+                      NU, MU, Y, G, adapt_first=adapt_first, adapt_after=adapt_after, center=self._center)
+        return done is not None
 
     def decision_function(self, x, X=None):
         """Margins ``scale * (X - mu) @ coef.T + intercept``, shape ``(m, n_out)`` (``mu = 0`` without ``center``)."""

@@ -149,14 +149,17 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
 
 
 def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_scale, gamma, alpha, beta, nesterov,
-                   tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False):
+                   tracking, prox_kind, theta, w, P, NU, MU, Y, G, adapt_first=True, adapt_after=False, center=None):
     """DEPOSITUM's local iterations (momentum, prox step, gradient, tracking) of every node in one call.
 
     ``gamma``, ``alpha`` and ``beta`` are scalars or one value per node; ``adapt_first`` and
-    ``adapt_after`` as in :mod:`fedopt.kernels`.
+    ``adapt_after`` as in :mod:`fedopt.kernels`; ``center`` as in :func:`local_steps_linear`
+    (None, with nothing done, for dense ``X``).
     """
+    if center is not None and not hasattr(X, "indptr"):
+        return None
     _models.tracking_steps_kernel(_work(X, _rows_read(offsets, rows), n_out, len(P)), *_model_arrays(X, P), y,
-                                  *_clients(offsets), rows, kind, n_out, P.dtype.type(scale), fit_intercept,
+                                  *_clients(offsets), rows, kind, n_out, P.dtype.type(scale), fit_intercept, center,
                                   *_node_parameters(node_scale, gamma, alpha, beta, P), nesterov, tracking,
                                   bool(adapt_first), bool(adapt_after), prox_kind, _node_thetas(theta, P), w, P, NU,
                                   MU, Y, G)

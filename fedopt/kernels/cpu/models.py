@@ -493,12 +493,13 @@ def _track(g, factor, tracking, beta, tracker, last):
 
 @kernel(fastmath=REDUCTION_MATH)
 def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, order, rows, kind, n_out, scale,
-                          fit_intercept, node_scale, gammas, one_minus_gammas, alphas, betas, nesterov, tracking,
-                          adapt_first, adapt_after, prox_kind, theta, w, P, NU, MU, Y, G):
+                          fit_intercept, center, node_scale, gammas, one_minus_gammas, alphas, betas, nesterov,
+                          tracking, adapt_first, adapt_after, prox_kind, theta, w, P, NU, MU, Y, G):
     """DEPOSITUM's iterations without gossip, node by node (see ``tracking_steps`` in :mod:`fedopt.kernels`);
     ``gammas``, ``one_minus_gammas``, ``alphas``, ``betas`` hold one value, or one per node; ``theta``
     one row of prox parameters, or one per node; ``adapt_first`` and ``adapt_after`` split an
-    iteration around a gossip. No sample weights. Nodes in ``order`` (see :func:`visited`)."""
+    iteration around a gossip. No sample weights; ``center`` as in :func:`local_steps_kernel`. Nodes
+    in ``order`` (see :func:`visited`)."""
     n, p = P.shape
     for k in prange(n):
         node = visited(order, k)
@@ -516,5 +517,5 @@ def tracking_steps_kernel(X, data, indices, indptr, dense, d, y, starts, ends, o
             if step == rows.shape[0]:
                 break
             _client_pass(X, data, indices, indptr, dense, d, y, None, rows[step, node], first, count, x, kind,
-                         n_out, scale, fit_intercept, None, M, g, False, True)
+                         n_out, scale, fit_intercept, center, M, g, False, True)
             _track(g, factor, tracking, beta, tracker, last)
