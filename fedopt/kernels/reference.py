@@ -342,10 +342,10 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     with the momentum and prox of one more iteration (a gossip of ``P`` then goes between the two calls).
     ``center`` as in :func:`local_steps_linear`.
     """
-    features = _centered(X, center)
+    X = _centered(X, center)
 
     def gradient(W, step_rows, out):
-        linear_oracle(features, y, offsets, W, step_rows, kind, n_out, scale, fit_intercept, np.empty(0, W.dtype),
+        linear_oracle(X, y, offsets, W, step_rows, kind, n_out, scale, fit_intercept, np.empty(0, W.dtype),
                       np.empty(0, W.dtype), out)
 
     return _tracking_iterations(gradient, rows, node_scale, gamma, alpha, beta, nesterov, tracking, prox_kind, theta,
