@@ -288,7 +288,7 @@ def test_minibatch_rows_match_reference(shape):
 def test_tracking_steps_match_reference(kind, n_out, storage, dtype):
     """``tracking_steps`` (DEPOSITUM's local iterations): Polyak and Nesterov momentum, with and
     without tracking (the ablation's ``y = g_new``, beta unused), minibatches and full passes,
-    weighted nodes, the serial and parallel variants; CSR rows also centered."""
+    weighted nodes, the serial and parallel variants; CSR rows also centered (serially)."""
     import scipy.sparse as sp
 
     from fedopt import kernels as K
@@ -315,7 +315,9 @@ def test_tracking_steps_match_reference(kind, n_out, storage, dtype):
                             start[2] = np.empty((0, 0), dtype)
                         args = (X, y, offsets, rows, kind, n_out, 0.7, True, node_scale, 0.6, 0.2, 0.5, nesterov,
                                 tracking, prox_kind, np.array(theta, dtype), np.empty((0, 0), dtype))
-                        centers = (None, rng.uniform(-1, 1, d).astype(dtype)) if storage == "csr" else (None,)
+                        # centered CSR rows on the serial size only: the parallel variant compiles for a minute
+                        centered = storage == "csr" and n == 4
+                        centers = (None, rng.uniform(-1, 1, d).astype(dtype)) if centered else (None,)
                         if storage == "dense":  # declined: the caller steps array-wise
                             assert cpu.tracking_steps(*args, *start, center=np.zeros(d, dtype)) is None
                         for phases in ({}, {"adapt_first": False}, {"adapt_after": True},
