@@ -143,8 +143,8 @@ def test_centered_sparse_problems_batch_with_one_center():
     for seed, problem, result in zip([0, 1], problems, fedopt.run_batch("fednmap", problems, L1(1e-3), seeds=[0, 1],
                                                                           **common), strict=True):
         assert_same_run(fedopt.run("fednmap", problem, L1(1e-3), seed=seed, **common), result)
-    own = [Logistic(part, fit_intercept=True, center=np.asarray(part.X.mean(axis=0)).ravel(), backend="numba")
-           for part in parts[:1]] + problems[1:]
+    own_mean = np.asarray(parts[0].X.mean(axis=0)).ravel()  # the first partition's rows only
+    own = [Logistic(parts[0], fit_intercept=True, center=own_mean, backend="numba"), problems[1]]
     with pytest.raises(ValueError, match="must share their center: those of runs 0 and 1 differ"):
         fedopt.run_batch("fednmap", own, L1(1e-3), seeds=[0, 1], **common)
 

@@ -130,6 +130,12 @@ def _sample_weight(sample_weight, dtype):
     return sample_weight.astype(dtype, copy=False) if len(sample_weight) else None
 
 
+def _dense_centered(X, center) -> bool:
+    """Whether the fused linear kernels decline: they center CSR rows only (see ``_csr_pass``), and a
+    dense ``X`` with a ``center`` steps array-wise."""
+    return center is not None and not hasattr(X, "indptr")
+
+
 def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D, lr, prox_kind, thetas, w, Z, P,
                        center=None):
     """A round's local steps in one call: per client and step ``Z -= lr * (grad(P) + D); P = prox(Z)``.
@@ -139,7 +145,7 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
     nothing done, for dense ``X`` (the caller steps array-wise).
     """
     dtype = Z.dtype
-    if center is not None and not hasattr(X, "indptr"):
+    if _dense_centered(X, center):
         return None
     work = _work(X, _rows_read(offsets, rows), n_out, Z.shape[0])
     _models.local_steps_kernel(work, *_model_arrays(X, Z), y, *_clients(offsets), rows, kind, n_out,
@@ -156,7 +162,7 @@ def tracking_steps(X, y, offsets, rows, kind, n_out, scale, fit_intercept, node_
     ``adapt_after`` as in :mod:`fedopt.kernels`; ``center`` as in :func:`local_steps_linear`
     (None, with nothing done, for dense ``X``).
     """
-    if center is not None and not hasattr(X, "indptr"):
+    if _dense_centered(X, center):
         return None
     _models.tracking_steps_kernel(_work(X, _rows_read(offsets, rows), n_out, len(P)), *_model_arrays(X, P), y,
                                   *_clients(offsets), rows, kind, n_out, P.dtype.type(scale), fit_intercept, center,
