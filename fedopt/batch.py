@@ -126,7 +126,7 @@ class BatchProblem(_RunAxis):
         return G.reshape(self.client_shape)
 
     def fused_local_steps(self, rows, D, lr, prox_kind, thetas, w, Z, P) -> bool:
-        if D.size:
+        if D.size and D.shape != Z.shape:  # a broadcast copied (a read-only view compiles kernels anew)
             D = self.backend.xp.ascontiguousarray(self.backend.xp.broadcast_to(D, Z.shape))
         return self.rows.fused_local_steps(rows, _flat(D), self._per_row(lr), prox_kind, self._per_row(thetas, axis=1),
                                            w, _flat(Z), _flat(P))

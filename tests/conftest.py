@@ -36,3 +36,17 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def cpu_variant(monkeypatch):
+    """``cpu_variant(parallel)``: the Numba CPU kernels run their parallel variant at every size
+    (``parallel``), or their serial variant at every size. Without it a case meant for the serial
+    variant compiles the parallel one too once its sizes pass the work threshold (5-15 s for each
+    kernel and dtype on a cold cache)."""
+    from fedopt.kernels.cpu import _jit
+
+    def use(parallel: bool):
+        monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
+
+    return use

@@ -155,6 +155,40 @@ def test_numba_rounds_hold_blas_to_one_thread(batched):
         numba.set_num_threads(previous)
 
 
+def test_the_library_passes_numba_kernels_writeable_arrays(monkeypatch):
+    """Numba compiles a kernel once per read-only flag of its array arguments (5-15 s each): a batch
+    of weighted-l1 runs and a centered l2 ball pass every kernel writeable arrays only, so that
+    they share the variants of single runs and unweighted proxes (the batch's correction ``D``
+    and the regularizers' read-only weights and centers each compiled one more)."""
+    from fedopt.kernels.cpu import _jit, elementwise, mixing, mlp, models, rows
+    from fedopt.regularizers import L1, L2Ball
+
+    calls = []
+
+    def recorded(name, compiled):
+        def call(*args):
+            calls.append((name, args))
+            return compiled(*args)
+
+        return call
+
+    for module in (elementwise, mixing, mlp, models, rows):
+        for name, kernel in vars(module).items():
+            if isinstance(kernel, _jit.Kernel):
+                monkeypatch.setattr(kernel, "serial", recorded(name, kernel.serial))
+                monkeypatch.setattr(kernel, "parallel", recorded(name, kernel.parallel))
+    data = fedopt.datasets.make_sparse_regression(n_samples=60, n_features=4, n_informative=2, n_clients=3, seed=0)
+    problem = fedopt.problems.LeastSquares(data, backend="numba")
+    weighted = L1(0.01, weights=np.arange(1.0, 1.0 + problem.n_params))
+    fedopt.run_batch("fednmap", problem, weighted, seeds=[0, 1], rounds=2, local_steps=2, lr_local=0.01)
+    L2Ball(1.0, center=np.ones(problem.n_params)).prox(np.zeros((3, problem.n_params)), 1.0)
+    names = {name for name, _ in calls}
+    assert {"local_steps_kernel", "prox_elementwise_kernel", "_l2_ball_rows"} <= names
+    read_only = [(name, i) for name, args in calls for i, arg in enumerate(args)
+                 if isinstance(arg, np.ndarray) and not arg.flags.writeable]
+    assert not read_only
+
+
 def test_thread_count_follows_numba_in_every_thread():
     """The kernels' thread count (read without Numba's launch locks) is ``numba.get_num_threads()``
     after ``set_num_threads`` and in a new thread, which starts from Numba's default."""

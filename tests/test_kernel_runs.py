@@ -19,7 +19,6 @@ import pytest
 import scipy.sparse as sp
 
 from fedopt.kernels import LEAST_SQUARES, LOGISTIC, MCP, SOFT, SOFTMAX, batched, client_bounds, cpu, reference
-from fedopt.kernels.cpu import _jit
 
 SIZES = (3, 6, 1, 8, 5)  # rows of the data's clients: odd and even, one of a single row
 RUNS = 3
@@ -94,11 +93,6 @@ def per_row_thetas(rng, prox_kind, steps=STEPS, n=N):
 #: threshold) in float64 only: its compilation is slow.
 VARIANTS = pytest.mark.parametrize("dtype, parallel", [(np.float64, False), (np.float32, False), (np.float64, True)],
                                    ids=["f64", "f32", "f64-parallel"])
-
-
-def use_variant(monkeypatch, parallel):
-    if parallel:
-        monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 0)
 
 
 # ------------------------------------------------------------------------------ client bounds
@@ -233,10 +227,10 @@ def test_tracking_steps_on_client_bounds(d, dtype):
 @VARIANTS
 @pytest.mark.parametrize("prox_kind", [SOFT, MCP], ids=["soft", "mcp"])
 @pytest.mark.parametrize("model", ["logistic", "softmax", "softmax_csr", "mlp"])
-def test_local_steps_with_per_row_lr_and_thetas(model, prox_kind, dtype, parallel, monkeypatch):
+def test_local_steps_with_per_row_lr_and_thetas(model, prox_kind, dtype, parallel, cpu_variant):
     """Per-row ``lr`` and ``(Q, N, k)`` thetas against the reference; in float64, equal per-row
     values are bitwise the scalar call."""
-    use_variant(monkeypatch, parallel)
+    cpu_variant(parallel)
     rng = np.random.default_rng(prox_kind)
     bounds = stacked_bounds(rng)
     if model == "mlp":
@@ -274,10 +268,10 @@ def test_per_row_parameters_of_the_wrong_length_are_refused():
 
 
 @VARIANTS
-def test_tracking_steps_with_per_row_parameters(dtype, parallel, monkeypatch):
+def test_tracking_steps_with_per_row_parameters(dtype, parallel, cpu_variant):
     """Per-row ``gamma``, ``alpha``, ``beta`` and ``(N, k)`` theta against the reference; equal values
     as in the scalar (and shared theta) call."""
-    use_variant(monkeypatch, parallel)
+    cpu_variant(parallel)
     rng = np.random.default_rng(3)
     bounds = stacked_bounds(rng)
     gamma, alpha, beta = rng.uniform(0.3, 0.9, N), rng.uniform(0.05, 0.3, N), rng.uniform(0.2, 1.0, N)

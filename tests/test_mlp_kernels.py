@@ -11,7 +11,6 @@ import fedopt
 from fedopt import kernels as K
 from fedopt.datasets import from_client_ids
 from fedopt.kernels import batched, cpu, reference
-from fedopt.kernels.cpu import _jit
 from fedopt.kernels.cpu import mlp as cpu_mlp
 from fedopt.problems import MLP
 from fedopt.regularizers import L1
@@ -30,12 +29,11 @@ def targets(rng, kind, k, size, dtype):
 
 @pytest.mark.parametrize("dtype, parallel", [(np.float64, False), (np.float32, False), (np.float64, True)],
                          ids=["f64", "f32", "f64-parallel"])
-def test_tracking_steps_mlp_matches_reference(dtype, parallel, monkeypatch):
+def test_tracking_steps_mlp_matches_reference(dtype, parallel, cpu_variant):
     """``tracking_steps_mlp``: Polyak and Nesterov momentum, with and without tracking, per-node
     parameters and weights; minibatches below and above the loop products' row limits and full passes (a client
     of more than ``CHUNK`` rows takes two); softmax outputs and a squared-error output."""
-    if parallel:
-        monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 0)
+    cpu_variant(parallel)
     rng = np.random.default_rng(7)
     offsets = np.array([0, 1, 8, 8 + cpu_mlp.CHUNK + 45, 8 + cpu_mlp.CHUNK + 61])
     n, steps = 4, 3
@@ -64,12 +62,11 @@ def test_tracking_steps_mlp_matches_reference(dtype, parallel, monkeypatch):
 
 @pytest.mark.parametrize("dtype, parallel", [(np.float64, False), (np.float32, False), (np.float64, True)],
                          ids=["f64", "f32", "f64-parallel"])
-def test_squared_loss_kernels_match_reference(dtype, parallel, monkeypatch):
+def test_squared_loss_kernels_match_reference(dtype, parallel, cpu_variant):
     """``mlp_oracle`` (Numba and batched) and ``local_steps_mlp`` with one squared-error output:
     odd and even sizes, shared and per-client points, minibatches below and above the loop
     products' row limits and full passes (a client of more than ``CHUNK`` rows takes two)."""
-    if parallel:
-        monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 0)
+    cpu_variant(parallel)
     rng = np.random.default_rng(11)
     offsets = np.array([0, 1, 8, 8 + cpu_mlp.CHUNK + 45, 8 + cpu_mlp.CHUNK + 61])
     n, steps, empty = 4, 3, np.empty((0, 0), dtype)

@@ -15,7 +15,6 @@ import fedopt
 from fedopt import kernels as K
 from fedopt.datasets import from_client_ids
 from fedopt.kernels import batched, cpu, reference
-from fedopt.kernels.cpu import _jit
 from fedopt.kernels.cpu import mlp as cpu_mlp
 from fedopt.problems import MLP
 from fedopt.regularizers import L1
@@ -46,11 +45,10 @@ def oracle(module, model, sample_weight, grad=True):
 @pytest.mark.parametrize("dtype, parallel", [(np.float64, False), (np.float32, False), (np.float64, True)],
                          ids=["f64", "f32", "f64-parallel"])
 @pytest.mark.parametrize("loss", ["softmax", "squared"])
-def test_weighted_mlp_oracle_matches_the_reference(loss, dtype, parallel, monkeypatch):
+def test_weighted_mlp_oracle_matches_the_reference(loss, dtype, parallel, cpu_variant):
     """Minibatches below and above the loop products' row limits, full passes, shared and
     per-client points; all-one weights give the unweighted oracle, and these weights do not."""
-    if parallel:
-        monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 0)
+    cpu_variant(parallel)
     kind = K.SOFTMAX if loss == "softmax" else K.LEAST_SQUARES
     rng = np.random.default_rng(kind + 3)
     n, m = len(OFFSETS) - 1, OFFSETS[-1]
