@@ -15,6 +15,7 @@ import hashlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -107,7 +108,11 @@ def _worker_init(threads: int | None, owner: int | None = None, owner_start: str
         threading.Thread(target=_exit_with_owner, args=(owner, owner_start), daemon=True,
                          name="fedopt-owner-watch").start()
     if threads:
-        os.environ["NUMBA_NUM_THREADS"] = str(threads)  # before numba is imported here, when it is not yet
+        # Numba reads NUMBA_NUM_THREADS when it is imported: set before that, it sizes the pool. A
+        # worker imports the owner's __main__ first, and a script that imports numba at its top has
+        # already done so; changed then, once Numba's threads run, every compile raises.
+        if "numba" not in sys.modules:
+            os.environ["NUMBA_NUM_THREADS"] = str(threads)
         try:
             from threadpoolctl import threadpool_limits
 
