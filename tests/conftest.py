@@ -33,6 +33,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _numba_threads(request):
+    """The Numba CPU kernels run on one thread, so their serial variants, unless a test is marked
+    ``parallel`` (or asks for the parallel variants through ``cpu_variant``). The parallel variants
+    have their own parity tests; a test of something else that passed their work threshold
+    compiled them again (5-15 s each on a cold cache), and with one pytest worker per core their
+    threads contended for the cores (the warm suite took 201 s against 166 s on one thread)."""
+    import numba
+
+    previous = numba.get_num_threads()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS if request.node.get_closest_marker("parallel") else 1)
+    yield
+    numba.set_num_threads(previous)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
@@ -40,13 +55,14 @@ def rng():
 
 @pytest.fixture
 def cpu_variant(monkeypatch):
-    """``cpu_variant(parallel)``: the Numba CPU kernels run their parallel variant at every size
-    (``parallel``), or their serial variant at every size. Without it a case meant for the serial
-    variant compiles the parallel one too once its sizes pass the work threshold (5-15 s for each
-    kernel and dtype on a cold cache)."""
+    """``cpu_variant(parallel)``: the Numba CPU kernels run their parallel variant at every size, on
+    all of Numba's threads (``parallel``), or their serial variant at every size."""
+    import numba
+
     from fedopt.kernels.cpu import _jit
 
     def use(parallel: bool):
         monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS if parallel else 1)
 
     return use

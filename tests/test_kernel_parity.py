@@ -12,6 +12,9 @@ import pytest
 from fedopt import regularizers as R
 from fedopt.kernels.cpu import _jit
 
+#: Every size runs on all of Numba's threads: the large ones are the parallel variants' parity tests.
+pytestmark = pytest.mark.parallel
+
 P = 12  # coordinates of the small cases; regularizers with per-coordinate data are built per p
 
 

@@ -132,6 +132,7 @@ def test_batched_kernels_match_the_reference(oracle, dtype):
                 np.testing.assert_allclose(results[1][1], results[0][1], **tolerances(dtype))
 
 
+@pytest.mark.parallel
 def test_parallel_kernel_matches_the_reference():
     # 8 clients x 64 rows x 300 features: enough work for the prange variant
     ref, fast = (build("softmax", backend=b, n_samples=2000, d=300, n_clients=8) for b in ("numpy", "numba"))
@@ -140,6 +141,7 @@ def test_parallel_kernel_matches_the_reference():
     np.testing.assert_allclose(fast.client_grad(W, rows), ref.client_grad(W, rows), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parallel
 @pytest.mark.parametrize("name, storage", [("logistic", "dense"), ("softmax", "dense"), ("logistic", "csr-centered")])
 def test_parallel_fused_local_steps_match_the_reference(name, storage):
     # 8 clients x 2 steps x 64 rows x 300 features: enough work for the prange variant

@@ -677,6 +677,7 @@ EXTREME_BACKENDS = pytest.mark.parametrize("backend", ["numpy", "numba"])
 
 
 @EXTREME_BACKENDS
+@pytest.mark.parallel
 @pytest.mark.parametrize("p", [2, ROW_CHUNK + 3], ids=["short-row", "long-row"])
 def test_l2_ball_projection_of_huge_and_tiny_points(backend, p):
     """The projection of a huge point on the unit ball is its direction, not the center (its

@@ -52,6 +52,7 @@ def test_weighted_linear_oracle_matches_the_reference(loss, storage, d, dtype):
                 assert not np.allclose(want[0], plain[0])
 
 
+@pytest.mark.parallel
 def test_weighted_parallel_kernel_matches_the_reference():
     """8 clients x 250 rows x 300 features: the prange variant."""
     rng = np.random.default_rng(3)

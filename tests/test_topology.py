@@ -138,6 +138,7 @@ def csr(W):
     return np.searchsorted(rows, np.arange(len(W) + 1)), cols, W[rows, cols]
 
 
+@pytest.mark.parallel
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
 @pytest.mark.parametrize("n, p", [(7, 1), (12, 33), (16, 1000)])
 def test_sparse_gossip_kernel_matches_the_reference_and_the_dense_product(dtype, tol, n, p, rng):
