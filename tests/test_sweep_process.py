@@ -248,22 +248,6 @@ def _family(sid: int) -> set[int]:
     return pids
 
 
-def test_a_worker_whose_script_imported_numba_limits_its_threads_and_still_compiles():
-    """Pool workers import the owner's ``__main__`` before their set-up; when that script imports
-    numba at its top, the set-up limits the threads without changing NUMBA_NUM_THREADS: Numba
-    refuses that change at every compile once its threads run, and every run of such a sweep failed
-    on a cold cache."""
-    code = ("import numba\n"
-            "from fedopt.sweep.runners import _worker_init\n"
-            "_worker_init(1)\n"
-            "assert numba.njit(lambda x: x + 1)(1) == 2\n"  # a compile after the threads started
-            "print(numba.get_num_threads())\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["1"]
-
-
 def _start_sweep(tmp_path):
     toml, db = tmp_path / "slower.toml", tmp_path / "s.db"
     toml.write_text(SLOWER)
@@ -332,3 +316,19 @@ def test_an_unreachable_scheduler_fails_fast_naming_its_address(tmp_path):
         sweep.run_sweep(tiny(), store, executor="dask", scheduler=address)
     assert time.monotonic() - start < 15
     assert f"cannot reach the Dask scheduler at {address}" in str(err.value)
+
+
+def test_a_worker_whose_script_imported_numba_limits_its_threads_and_still_compiles():
+    """Pool workers import the owner's ``__main__`` before their set-up; when that script imports
+    numba at its top, the set-up limits the threads without changing NUMBA_NUM_THREADS: Numba
+    refuses that change at every compile once its threads run, and every run of such a sweep failed
+    on a cold cache."""
+    code = ("import numba\n"
+            "from fedopt.sweep.runners import _worker_init\n"
+            "_worker_init(1)\n"
+            "assert numba.njit(lambda x: x + 1)(1) == 2\n"  # a compile after the threads started
+            "print(numba.get_num_threads())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]
