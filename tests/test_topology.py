@@ -134,8 +134,8 @@ def test_bad_topology_arguments_are_refused_clearly():
 
 # ---------------------------------------------------------------- gossip
 def csr(W):
-    rows, cols = np.nonzero(W)
-    return np.searchsorted(rows, np.arange(len(W) + 1)), cols, W[rows, cols]
+    rows, cols = np.nonzero(W)  # cols is a strided view: contiguous, as the Mixer passes it (one compile)
+    return np.searchsorted(rows, np.arange(len(W) + 1)), np.ascontiguousarray(cols), W[rows, cols]
 
 
 @pytest.mark.parallel
