@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -104,6 +105,34 @@ def test_dask_local_cluster_runs_the_sweep_into_the_store(tmp_path):
         assert summary.statuses == {"done": 8} and not summary.interrupted
         assert finals(store) == finals(serial)
         assert sweep.run_sweep(exp, store, executor="dask", workers=2, dask_processes=False).executed == 0
+
+
+def _numba_threads(configs):
+    import numba
+
+    return [numba.get_num_threads() for _ in configs]
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_local_cluster_tasks_run_numba_on_one_thread(processes):
+    """Numba's thread count is per thread: the LocalCluster's task threads run on one (its kernels
+    ran on every core once per worker, the worker's start-up setting not reaching them)."""
+    pytest.importorskip("distributed", reason="the Dask executor needs dask[distributed]")
+    import numba
+
+    from fedopt.sweep.runners import _Dask
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two Numba threads")
+    runner = _Dask(1, None, processes, _numba_threads)
+    try:
+        runner.submit([SimpleNamespace(key="a", config={}), SimpleNamespace(key="b", config={})])
+        records = []
+        while len(records) < 2:
+            records += runner.wait(timeout=30)
+    finally:
+        runner.close()
+    assert [threads for _, threads in records] == [1, 1]
 
 
 @pytest.mark.slow

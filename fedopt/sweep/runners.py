@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -172,24 +173,32 @@ def _context():
 
 # -------------------------------------------------------------------------------------------- dask
 def _dask_worker_setup():
-    """Run on every Dask worker: one Numba/BLAS thread per worker thread slot."""
+    """Run on every process worker of the LocalCluster: BLAS on one thread (a per-process setting)."""
     try:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
     except ImportError:  # pragma: no cover
         pass
+    return os.getpid()
+
+
+def _on_one_numba_thread(run, configs):
+    """A LocalCluster task: the batch ``run(configs)`` with Numba on one thread. Numba's thread count
+    is a setting of each thread, so it is made in the thread that runs the task: one made when the
+    worker starts does not reach the worker's task threads, whose kernels then ran on every core,
+    once per worker."""
     import numba
 
     numba.set_num_threads(1)
-    return os.getpid()
+    return run(configs)
 
 
 class _Dask:
     """Runs on a Dask cluster: an existing one at ``scheduler`` or a LocalCluster started here."""
 
     def __init__(self, workers, scheduler, processes, run):
-        self.run = run
+        self.run = run  # an existing cluster's workers keep their own thread settings
         try:
             from distributed import Client, LocalCluster
         except ImportError as err:
@@ -204,6 +213,7 @@ class _Dask:
             self.client = Client(self.cluster)
             if processes:
                 self.client.run(_dask_worker_setup)
+            self.run = functools.partial(_on_one_numba_thread, run)  # a worker per core
         else:
             self.client = connect(scheduler)
         self.workers = max(1, sum(self.client.nthreads().values()))
