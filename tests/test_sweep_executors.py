@@ -115,8 +115,8 @@ def _numba_threads(configs):
 
 @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
 def test_local_cluster_tasks_run_numba_on_one_thread(processes):
-    """Numba's thread count is per thread: the LocalCluster's task threads run on one (its kernels
-    ran on every core once per worker, the worker's start-up setting not reaching them)."""
+    """Numba's thread count is per thread: the task threads of a LocalCluster of two workers run on
+    one (their kernels ran on every core, the workers' start-up setting not reaching them)."""
     pytest.importorskip("distributed", reason="the Dask executor needs dask[distributed]")
     import numba
 
@@ -124,7 +124,7 @@ def test_local_cluster_tasks_run_numba_on_one_thread(processes):
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("needs two Numba threads")
-    runner = _Dask(1, None, processes, _numba_threads)
+    runner = _Dask(2, None, processes, _numba_threads)
     try:
         runner.submit([SimpleNamespace(key="a", config={}), SimpleNamespace(key="b", config={})])
         records = []

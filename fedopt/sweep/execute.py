@@ -21,8 +21,8 @@ the first one (:func:`_warm_up`), so that compiling kernels does not count as a 
   too, as the last holders of their pipes are gone.
 * ``dask``: the batches are submitted to a Dask cluster, one task each: an existing cluster at
   ``scheduler`` (``tcp://host:8786``) or a ``LocalCluster`` of ``workers`` single-threaded workers
-  started here, whose tasks run Numba (and, in worker processes, BLAS) on one thread, as the
-  local pool's do; an existing cluster's workers keep their own settings. Results come back to
+  started here, whose tasks run Numba (and, in worker processes, BLAS) on one thread when there
+  are several, as the local pool's do; an existing cluster's workers keep their own settings. Results come back to
   this process as they finish. Every worker needs fedopt installed and the data sets at the same
   paths.
 

@@ -213,7 +213,8 @@ class _Dask:
             self.client = Client(self.cluster)
             if processes:
                 self.client.run(_dask_worker_setup)
-            self.run = functools.partial(_on_one_numba_thread, run)  # a worker per core
+            if n > 1:  # the cores are shared by the workers, as in the local pool
+                self.run = functools.partial(_on_one_numba_thread, run)
         else:
             self.client = connect(scheduler)
         self.workers = max(1, sum(self.client.nthreads().values()))
