@@ -127,9 +127,9 @@ def test_local_cluster_tasks_run_numba_on_one_thread(processes):
     runner = _Dask(2, None, processes, _numba_threads)
     try:
         runner.submit([SimpleNamespace(key="a", config={}), SimpleNamespace(key="b", config={})])
-        records = []
-        while len(records) < 2:
-            records += runner.wait(timeout=30)
+        records, deadline = [], time.monotonic() + 60
+        while len(records) < 2 and time.monotonic() < deadline:
+            records += runner.wait(timeout=5)
     finally:
         runner.close()
     assert [threads for _, threads in records] == [1, 1]
