@@ -43,9 +43,16 @@ def _numba_threads(request):
     import numba
 
     previous = numba.get_num_threads()
-    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS if request.node.get_closest_marker("parallel") else 1)
+    _use_numba_threads(parallel=request.node.get_closest_marker("parallel") is not None)
     yield
     numba.set_num_threads(previous)
+
+
+def _use_numba_threads(parallel: bool):
+    """All of Numba's threads for ``parallel``, else one."""
+    import numba
+
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS if parallel else 1)
 
 
 @pytest.fixture
@@ -57,12 +64,10 @@ def rng():
 def cpu_variant(monkeypatch):
     """``cpu_variant(parallel)``: the Numba CPU kernels run their parallel variant at every size, on
     all of Numba's threads (``parallel``), or their serial variant at every size."""
-    import numba
-
     from fedopt.kernels.cpu import _jit
 
     def use(parallel: bool):
         monkeypatch.setattr(_jit, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS if parallel else 1)
+        _use_numba_threads(parallel)
 
     return use

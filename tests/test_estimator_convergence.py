@@ -200,7 +200,6 @@ def test_max_rounds_before_tol_warns(estimator, rule):
     assert np.isnan(getattr(estimator, "dual_gap_", np.nan)) == (rule != "duality gap")
 
 
-
 def test_the_warning_names_the_conditioning_and_features_far_from_a_common_scale():
     """On the digits' pixels (standard deviations 0.02 to 6.5) ``FederatedLogisticRegression(0.01)``
     did not converge in 10 000 rounds, and took 4 280 standardized: the warning says what sets the
@@ -216,6 +215,7 @@ def test_the_warning_names_the_conditioning_and_features_far_from_a_common_scale
                 estimator.set_params(max_rounds=3, random_state=0).fit(features, y)
             hint = "which features on a common scale (StandardScaler) usually lower: these have standard deviations"
             assert (hint in str(caught[0].message)) == (name == "raw"), caught[0].message
+
 
 # ---- fedopt.run's stop hook ------------------------------------------------------------------------
 

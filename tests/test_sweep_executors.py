@@ -107,7 +107,7 @@ def test_dask_local_cluster_runs_the_sweep_into_the_store(tmp_path):
         assert sweep.run_sweep(exp, store, executor="dask", workers=2, dask_processes=False).executed == 0
 
 
-def _numba_threads(configs):
+def _numba_threads_of_each(configs):
     import numba
 
     return [numba.get_num_threads() for _ in configs]
@@ -124,7 +124,7 @@ def test_local_cluster_tasks_run_numba_on_one_thread(processes):
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("needs two Numba threads")
-    runner = _Dask(2, None, processes, _numba_threads)
+    runner = _Dask(2, None, processes, _numba_threads_of_each)
     try:
         runner.submit([SimpleNamespace(key="a", config={}), SimpleNamespace(key="b", config={})])
         records, deadline = [], time.monotonic() + 60

@@ -180,7 +180,6 @@ def _dask_worker_setup():
         threadpool_limits(1)
     except ImportError:  # pragma: no cover
         pass
-    return os.getpid()
 
 
 def _on_one_numba_thread(run, configs):
