@@ -318,6 +318,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     a list of problems holds, say, other partitions of the same data, with the same client count
     and parameters; each keeps its own client weights). The runs share the values that set a
     round's shape (``local_steps``, ``batch_size``, ...); :func:`fedopt.sweep` groups runs accordingly.
+    Runs whose proxes differ in form (an l1 and an MCP) run as separate batches.
 
     A run that diverges or stalls, or that reaches ``tol``, stops on its own and leaves the batch:
     its result keeps its history, and ``result.error`` holds the :class:`~fedopt.run.DivergenceError`
@@ -335,6 +336,11 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     """
     from fedopt.regularizers import as_regularizer
 
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
+        raise ValueError(f"seeds must be a list of seeds, one run per seed (seeds=[0, 1, 2]), got {seeds!r}")
+    for name, why in _NOT_BATCHED.items():
+        if name in hyperparameters:
+            raise TypeError(f"run_batch takes no {name}= ({why}); run such runs with fedopt.run")
     seeds = list(seeds)
     generators = [run_generator(seed) for seed in seeds]  # a bad seed is refused before any work
     count = len(seeds)
@@ -364,12 +370,29 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
            for problem, x, seed in zip(problems, _per_run("x0", x0, count, vector=True), seeds, strict=True)]
     size = _batch_size(problems[0], methods[0], count, max_batch)
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
-    results = []
-    for first in range(0, count, size):
-        part = slice(first, first + size)
-        results += _Batch(problems[part], methods[part], regularizers[part], seeds[part], generators[part],
-                          gammas[part], x0s[part], rule, tol, show, callback, stop).run(rounds, eval_every)
+    results = [None] * count
+    for group in _prox_groups(regularizers, problems[0]):
+        for first in range(0, len(group), size):
+            part = group[first:first + size]
+            per_run = [[values[r] for r in part] for values in (problems, methods, regularizers, seeds, generators,
+                                                                 gammas, x0s)]
+            for r, result in zip(part, _Batch(*per_run, rule, tol, show, callback, stop).run(rounds, eval_every),
+                                 strict=True):
+                results[r] = result
     return results
+
+
+def _prox_groups(regularizers, problem) -> list[list[int]]:
+    """The runs by the form of their prox (its kind and weights, or row-wise), in order of first
+    appearance. Runs of one form batch together; runs of other forms (l1 and MCP) batch apart, so that
+    each run takes the fused kernels that fedopt.run takes (mixed, they would step array-wise: equal to
+    rounding only, and slower)."""
+    groups: dict = {}
+    for run, reg in enumerate(regularizers):
+        form = reg.separable([0.0], problem.backend, problem.dtype)  # the form does not depend on the step
+        key = None if form is None else (form[0], form[2].shape, problem.backend.to_numpy(form[2]).tobytes())
+        groups.setdefault(key, []).append(run)
+    return list(groups.values())
 
 
 def _same_shape(problems, backend) -> list:
@@ -389,6 +412,14 @@ def _same_shape(problems, backend) -> list:
             raise ValueError("the problems of a batch must be of one class on one backend, got "
                              f"{first!r} and {problem!r}")
     return problems
+
+
+#: fedopt.run's arguments that run_batch does not take, and why.
+_NOT_BATCHED = {
+    "seed": "each run's seed is an entry of seeds",
+    "resume": "a batch starts its runs afresh",
+    "eval_clients": "a batch evaluates every client",
+}
 
 
 def _per_run(name, value, count, vector=False) -> list:
@@ -460,6 +491,7 @@ class _Batch:
         with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported per run, once
             last_finite = self.state
             self._record(self.state, last_finite)
+            self._leave()  # runs stopped at round 0 (tol, stop, NaN) keep what the record decided
             for t in range(1, rounds + 1):
                 if not self.active:
                     break

@@ -85,6 +85,19 @@ def test_regularization_path_and_full_gradients(data):
     assert results[0].history["nnz"][-1] > results[2].history["nnz"][-1]  # the path: stronger l1, sparser
 
 
+@pytest.mark.parametrize("method", ["fednmap", "fedmid"])
+def test_runs_with_other_kinds_of_prox_batch_apart(data, method):
+    """Runs whose proxes differ in kind (l1, MCP, row-wise, none) each take fedopt.run's fused kernels,
+    so the batch still equals the single runs bit for bit, in the order given."""
+    problem = logistic(data)
+    regs = [L1(0.02), MCP(0.02, 5.0), L1(0.01), GroupLasso(0.02, groups=np.arange(11) % 3), Zero()]
+    common = {"rounds": 4, "local_steps": 3, "batch_size": 6, "lr_local": 0.05}
+    results = fedopt.run_batch(method, problem, regs, seeds=[0, 1, 2, 3, 4], **common)
+    for seed, (reg, result) in enumerate(zip(regs, results, strict=True)):
+        assert_same_run(fedopt.run(method, problem, reg, seed=seed, **common), result)
+    assert [len(group) for group in batch._prox_groups(regs, problem)] == [2, 1, 1, 1]
+
+
 @pytest.mark.parametrize("scheme", ["iid", "dirichlet"], ids=["equal-sizes", "unequal-sizes"])
 def test_runs_on_other_partitions_batch(scheme):
     """One problem per run (partition seeds 0, 1, 0): their data sets are stacked once each."""
@@ -204,6 +217,19 @@ def test_tol_stops_each_run_on_its_own(data):
         assert_same_run(single, result)
 
 
+def test_runs_stopped_at_round_0_keep_their_verdict(data):
+    """With rounds=0 the round-0 record alone decides, as in fedopt.run: converged by tol, or stopped on NaN."""
+    problem = logistic(data)
+    reached = fedopt.run_batch("fednmap", problem, seeds=[0, 1], rounds=0, tol=1e9)
+    assert [r.converged for r in reached] == [True, True]
+    assert reached[0].converged == fedopt.run("fednmap", problem, rounds=0, tol=1e9).converged
+    huge = np.full(problem.n_params, 1e307)  # a NaN objective at round 0
+    nan_run, fine = fedopt.run_batch("fednmap", problem, L1(1e-3), rounds=0, seeds=[0, 0], divergence=False,
+                                     x0=[huge, np.zeros(problem.n_params)])
+    assert nan_run.error is not None and nan_run.error.rule == "nonfinite" and len(nan_run.history) == 0
+    assert fine.error is None and len(fine.history) == 1
+
+
 def test_callback_follows_every_evaluation(data):
     seen = []
     fedopt.run_batch("fedavg", logistic(data), seeds=[0, 1], rounds=4, eval_every=2, local_steps=2, batch_size=4,
@@ -263,6 +289,10 @@ def test_bad_batch_arguments(data):
         fedopt.run_batch("fednmap", problem, seeds=[0, 1, 2], lr_local=[0.1, 0.2])
     with pytest.raises(ValueError, match="seeds must list at least one seed"):
         fedopt.run_batch("fednmap", problem, seeds=[])
+    with pytest.raises(ValueError, match=r"seeds must be a list of seeds.*got 3"):
+        fedopt.run_batch("fednmap", problem, seeds=3)
+    with pytest.raises(TypeError, match=r"run_batch takes no eval_clients=.*fedopt\.run"):
+        fedopt.run_batch("fednmap", problem, seeds=[0], eval_clients=2)
     with pytest.raises(ValueError, match=r"seed must be an integer >= 0.*got 'a'"):
         fedopt.run_batch("fednmap", problem, seeds=[0, "a"])
     with pytest.raises(ValueError, match="only with one value of local_steps"):

@@ -700,6 +700,15 @@ def test_l2_ball_projection_of_huge_and_tiny_points(backend, p):
 
 
 @EXTREME_BACKENDS
+def test_float32_norms_beyond_float32s_range(backend):
+    """A float32 row whose norm exceeds float32's range (3e38 * sqrt(2)) is projected on its
+    direction, and barely shrunk by a small group threshold: the norms are taken in float64."""
+    z = np.array([3e38, -3e38], dtype=np.float32)
+    np.testing.assert_allclose(R.L2Ball(1.0).prox(z, 1.0, backend=backend), [2**-0.5, -(2**-0.5)], rtol=1e-6)
+    np.testing.assert_allclose(R.GroupLasso(1e30, groups=2).prox(z, 1.0, backend=backend), z, rtol=1e-6)
+
+
+@EXTREME_BACKENDS
 @pytest.mark.parametrize("groups", [4, np.array([1, 0, 1, 0])], ids=["one-group", "interleaved-groups"])
 def test_group_lasso_of_tiny_and_huge_entries(backend, groups):
     """``lam = 0`` is the identity, and ``lam * w << ||z_g||`` barely moves a group, even for tiny

@@ -69,8 +69,9 @@ def prox_elementwise(z, kind, theta, w, out):
 
 
 def row_scales(v):
-    """Each row's largest magnitude of ``v`` (2-D), kept ``(n, 1)``, or 1 where that is 0, inf or
-    NaN: dividing a row by it before squaring keeps a norm from overflow and underflow."""
+    """Each row's largest magnitude of ``v`` (2-D), kept ``(n, 1)`` in float64, or 1 where that is 0,
+    inf or NaN: dividing a row by it before squaring keeps a norm from overflow and underflow."""
+    v = v.astype(np.float64, copy=False)
     largest = np.max(np.abs(v), axis=1, keepdims=True) if v.shape[1] else np.zeros((v.shape[0], 1))
     return np.where(np.isfinite(largest) & (largest > 0), largest, 1.0)
 
@@ -79,7 +80,9 @@ def row_norms(v):
     """``||v_i||`` of every row of ``v`` (2-D), kept ``(n, 1)``, without overflow or underflow: each
     row is divided by :func:`row_scales` first (a row with entries of 1e200 has the norm 1e200,
     one with entries of 1e-170 a norm of about 1e-170, not inf and 0). Rows with inf or NaN, and
-    zero rows, take the plain norm."""
+    zero rows, take the plain norm. In float64, as the kernels sum squares: the norm of a float32 row
+    may exceed float32's range."""
+    v = v.astype(np.float64, copy=False)
     scale = row_scales(v)
     return scale * np.linalg.norm(v / scale, axis=1, keepdims=True)
 
