@@ -155,6 +155,19 @@ class TestRowKernels:
         np.testing.assert_allclose(run_rows(rows.prox_group, z, starts, order, np.array([1e-170, 0.5]), 1.0)[1, :2],
                                    [2.4e-170, -3.2e-170], rtol=1e-12)  # norm 5e-170, shrunk by 1 - 1/5
 
+    @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the plain sums, in simulated scalars
+    def test_huge_entries_project_exactly_like_the_reference(self):
+        """Rows whose largest entry dwarfs the radius, or whose sum overflows, are projected on their
+        entries minus the largest (SHIFT_RATIO): [1e16, 1e16, 0] on the unit simplex is [0.5, 0.5, 0]."""
+        z = np.zeros((3, 33))
+        z[0, :2], z[1, :3], z[2, :2] = [1e16, 1e16], [-1e16, 1e16, 3.0], [1e308, 1e308]
+        for launcher, oracle in ((rows.project_simplex, reference.project_simplex),
+                                 (rows.project_l1_ball, reference.project_l1_ball)):
+            expected = oracle(z, 1.0, np.empty_like(z))
+            np.testing.assert_allclose(run_rows(launcher, z, 1.0), expected, rtol=1e-12, atol=0)
+            np.testing.assert_allclose(np.abs(expected).sum(axis=1), 1.0, rtol=1e-12)
+        np.testing.assert_allclose(run_rows(rows.project_l1_ball, z, 1.0)[1, :3], [-0.5, 0.5, 0.0], rtol=1e-12)
+
     def test_default_block_fits_the_row_and_bad_blocks_are_refused(self, rng):
         z = scaled_rows(rng, 2, 5, np.float64)
         expected = reference.project_simplex(z, 1.0, np.empty_like(z))

@@ -634,46 +634,41 @@ def test_normal_map_step_is_gradient_step_then_prox(name, data, with_correction,
     np.testing.assert_allclose(x_new, reg.prox(expected_z, gamma), rtol=1e-11, atol=1e-11 * scale(expected_z))
 
 
-# ---- extreme magnitudes (strict xfail where a known limitation remains) -------------------------
-
-
-LARGE_ENTRY_CASES = pytest.mark.parametrize(
-    "reg, z",
-    [
-        (R.Simplex(1.0), [1e16]),
-        (R.Simplex(1.0), [1e16, 1e16]),
-        (R.Simplex(1e-6), [1e10, 1e10]),
-        (R.L1Ball(1.0), [1e20, 3.0, -2.0]),
-    ],
-    ids=["simplex_scalar", "simplex_pair", "simplex_small_radius", "l1_ball"],
-)
-
-
-def assert_finite_projection(reg, z, x):
-    """Finite, of the right sign, and feasible up to the float64 spacing of the entries."""
-    assert np.all(np.isfinite(x)), f"projection of a finite point is {x}"
-    if isinstance(reg, R.Simplex):
-        assert np.all(x >= 0)
-    slack = 4 * len(z) * np.spacing(np.max(np.abs(z)))  # x = z - tau cannot be finer than this
-    assert np.abs(x).sum() <= reg.radius + slack
-
-
-@LARGE_ENTRY_CASES
-def test_projection_of_large_entries_stays_finite(reg, z):
-    """Huge finite entries still project to a finite point of the set (exact sums are beyond float64 here)."""
-    z = np.array(z)
-    assert_finite_projection(reg, z, reg.prox(z, 1.0))
-
-
-@pytest.mark.parametrize("reg, z", [(R.Simplex(1.0), [1e16]), (R.L1Ball(1.0), [1e20, 3.0, -2.0])],
-                         ids=["simplex", "l1_ball"])
-def test_reference_projection_of_large_entries(reg, z):
-    """The NumPy reference backend also handles huge entries."""
-    z = np.array(z)
-    assert_finite_projection(reg, z, reg.prox(z, 1.0, backend="numpy"))
+# ---- extreme magnitudes ------------------------------------------------------------------------
 
 
 EXTREME_BACKENDS = pytest.mark.parametrize("backend", ["numpy", "numba"])
+
+
+@EXTREME_BACKENDS
+@pytest.mark.parallel
+@pytest.mark.parametrize("long", [False, True], ids=["short-row", "long-row"])
+@pytest.mark.parametrize(
+    "reg, z, expected",
+    [
+        (R.Simplex(1.0), [1e16], [1.0]),
+        (R.Simplex(1.0), [1e16, 1e16, 0.0], [0.5, 0.5, 0.0]),
+        (R.Simplex(1e-6), [1e10, 1e10], [5e-7, 5e-7]),
+        (R.Simplex(1.0), [-1e16, -1e16, -1e16 - 2], [0.5, 0.5, 0.0]),
+        (R.Simplex(1.0), [1e308, -1e308, 0.0], [1.0, 0.0, 0.0]),
+        (R.L1Ball(1.0), [1e20, 3.0, -2.0], [1.0, 0.0, 0.0]),
+        (R.L1Ball(1.0), [1e16, -1e16, 0.0], [0.5, -0.5, 0.0]),
+        (R.L1Ball(1.0), [1e308, 1e308, 0.0], [0.5, 0.5, 0.0]),  # a sum beyond float64's range
+    ],
+    ids=["simplex-one", "simplex-pair", "simplex-small-radius", "simplex-negative", "simplex-extremes", "l1-one",
+         "l1-pair", "l1-overflow"],
+)
+def test_projection_of_huge_entries_is_exact(backend, long, reg, z, expected):
+    """Entries that dwarf the radius still project to the exact point of the set: the threshold is
+    found on the entries minus the largest (SHIFT_RATIO), where the radius keeps its digits
+    (unshifted, [1e16, 1e16, 0] went to 0). A long row pads with entries that stay inactive."""
+    z, expected = np.array(z), np.array(expected)
+    if long:  # 1 000 radii below the smallest entry (0 for the l1 ball): never active
+        pad = 0.0 if isinstance(reg, R.L1Ball) else z.min() - 1e3 * reg.radius
+        z, expected = (np.concatenate([a, np.full(ROW_CHUNK, b)]) for a, b in ((z, pad), (expected, 0.0)))
+    np.testing.assert_allclose(reg.prox(z, 1.0, backend=backend), expected, rtol=1e-12, atol=0)
+    huge32 = np.array([3e38, 3e38, 0.0], dtype=np.float32)
+    np.testing.assert_allclose(R.Simplex(1.0).prox(huge32, 1.0, backend=backend), [0.5, 0.5, 0.0], rtol=1e-6)
 
 
 @EXTREME_BACKENDS

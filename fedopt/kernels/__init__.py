@@ -166,6 +166,13 @@ SOFTMAX = 2  # logsumexp(m) - m[y], y = class code, one output per class
 #: from the entries divided by the largest of them (zero rows take that path too).
 SQUARES_MIN, SQUARES_MAX = 2.0**-960, 2.0**960
 
+#: The simplex and l1-ball kernels project a row whose largest entry (in magnitude) exceeds this
+#: many radii in coordinates shifted by that entry. Unshifted, ``z - tau`` with ``tau`` near
+#: ``max(z)`` keeps no digit below the spacing of ``max(z)``: beyond 2**16 radii more than 2**-36
+#: of the radius is lost, and at ``max(z) = 1e16`` all of a unit radius ([1e16, 1e16, 0] projected
+#: to 0, not [0.5, 0.5, 0]). The shifted threshold keeps the radius's digits.
+SHIFT_RATIO = 2.0**16
+
 KIND_NAMES = {
     IDENTITY: "identity",
     SOFT: "soft",

@@ -116,22 +116,33 @@ def project_l2_ball(z, center, radius, out):
     return out
 
 
-def _simplex_row(v, radius):
-    """Sort-based projection of one vector on ``{x >= 0, sum x = radius}`` (Held, Wolfe, Crowder)."""
+def simplex_row(v, radius):
+    """Sort-based projection of one vector on ``{x >= 0, sum x = radius}`` (Held, Wolfe, Crowder);
+    NaN for a vector with NaN or inf.
+
+    It works on ``v - max(v)`` (the projection does not change when every entry moves by the same
+    amount), so that the threshold keeps the radius's digits however large the entries (see
+    ``SHIFT_RATIO`` in :mod:`fedopt.kernels`); entries more than ``2 radius`` below the largest, never
+    active, are raised to that, so that no shifted sum overflows.
+    """
     if not np.all(np.isfinite(v)):
         return np.full_like(v, np.nan)
-    u = np.sort(v)[::-1]
-    cumulative = np.cumsum(u, dtype=np.float64)
+    if len(v) == 0:
+        return v.copy()
+    with np.errstate(over="ignore"):  # v - max(v) beyond float64's range: clipped below
+        shifted = np.maximum(v.astype(np.float64) - np.max(v), -2.0 * radius)
+    u = np.sort(shifted)[::-1]
+    cumulative = np.cumsum(u)
     j = np.arange(1, len(v) + 1)
     active = u - (cumulative - radius) / j > 0
     k = j[active][-1] if active.any() else 1  # the largest entry is always active (rounding aside)
     theta = (cumulative[k - 1] - radius) / k
-    return np.maximum(v - theta, 0)
+    return np.maximum(shifted - theta, 0).astype(v.dtype)
 
 
 def project_simplex(z, radius, out):
     """Projection of each row on the simplex ``{x >= 0, sum(x) = radius}``."""
-    out[...] = np.stack([_simplex_row(row, radius) for row in z]) if len(z) else z
+    out[...] = np.stack([simplex_row(row, radius) for row in z]) if len(z) else z
     return out
 
 
@@ -139,10 +150,12 @@ def project_l1_ball(z, radius, out):
     """``z`` if ``||z||_1 <= radius`` else ``sign(z) * simplex(|z|, radius)``, per row."""
     rows = []
     for row in z:
-        if np.abs(row).sum() <= radius:
+        with np.errstate(over="ignore"):  # a sum beyond float64's range is outside the ball all the same
+            inside = np.abs(row).sum() <= radius
+        if inside:
             rows.append(row.copy())
         else:
-            rows.append(np.sign(row) * _simplex_row(np.abs(row), radius))
+            rows.append(np.sign(row) * simplex_row(np.abs(row), radius))
     out[...] = np.stack(rows) if rows else z
     return out
 

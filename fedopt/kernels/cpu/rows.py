@@ -7,10 +7,10 @@ import math
 import numpy as np
 from numba import prange
 
-from fedopt.kernels import SQUARES_MAX, SQUARES_MIN
+from fedopt.kernels import SHIFT_RATIO, SQUARES_MAX, SQUARES_MIN
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel
 from fedopt.kernels.cpu.elementwise import BLOCK
-from fedopt.kernels.reference import row_norms
+from fedopt.kernels.reference import row_norms, simplex_row
 
 #: Rows of up to this many entries are one task each in the l2-ball, simplex and l1-ball
 #: projections (a row then stays in cache between its passes); longer rows are split into
@@ -257,8 +257,8 @@ def _michelot_threshold(y, use_abs, radius, buf):
     keeps only the entries above the current ``tau`` in ``buf``, so the passes shrink fast. The
     pass that sums ``y`` already drops the entries below its running maximum minus the radius.
     Unlike Condat's one-pass method, whose candidate list grows with the radius (15 ns an
-    entry for an l1 ball that keeps a fifth of a row), the cost stays a few passes. ``tau`` is
-    NaN for a row with NaN or inf.
+    entry for an l1 ball that keeps a fifth of a row), the cost stays a few passes. Returns
+    ``(tau, sum(y), max(y))``; ``tau`` is NaN for a row with NaN or inf.
     """
     p = y.shape[0]
     total, top, count = 0.0, -math.inf, 0
@@ -269,13 +269,13 @@ def _michelot_threshold(y, use_abs, radius, buf):
         buf[count] = v  # written always, kept by advancing the count: no branch to mispredict
         count += v > top - radius
     if not math.isfinite(total):
-        return math.nan, total
+        return math.nan, total, top
     tau = max(top - radius, (total - radius) / p)
     first = True
     while True:
         kept, kept_sum = _filter_above(buf[:count], tau, buf)
         if kept == 0 or (kept == count and not first):  # no change: tau is the threshold of this set
-            return tau, total  # (no entry left happens only when radius is below the rounding of max(y))
+            return tau, total, top  # (no entry left happens only when radius is below the rounding of max(y))
         tau = (kept_sum - radius) / kept
         count, first = kept, False
 
@@ -392,7 +392,7 @@ def _sample_bracket(z, radius, use_abs):
     y = (np.abs(z[:, ::stride]) if use_abs else z[:, ::stride]).astype(np.float64)
     y = -np.sort(-y, axis=1)  # descending; NaN rows end up NaN anyway (via their sums)
     m = y.shape[1]
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # huge entries: a bracket that fails its check
         active = (y * np.arange(1, m + 1) > np.cumsum(y, axis=1) - radius * m / p).sum(axis=1)
     margin = (4 * np.sqrt(active) + 16).astype(np.int64)
     big = np.finfo(np.float64).max  # not inf: 0 * bound must stay 0 in the checks
@@ -492,15 +492,37 @@ def _shrink_rows(z, taus, use_abs, out):
         _shrink(z[i, j0:j1], taus[i], use_abs, out[i, j0:j1])  # slices from 0: vectorize
 
 
+@function
+def _shifted_projection(z, use_abs, radius, top, buf, out):
+    """``out`` = the projection of the row ``z`` computed on ``y - top``, ``y = z`` (or ``|z|``) and
+    ``top = max(y)``, for a row whose ``top`` dwarfs the radius (see ``SHIFT_RATIO``); NaN for a row
+    with NaN or inf. Entries more than ``2 radius`` below ``top``, never active, are raised to that,
+    so that no shifted sum overflows. ``buf`` takes the shifted row, which Michelot's passes then
+    filter in place."""
+    finite = True
+    for j in range(z.shape[0]):
+        y = abs(z[j]) if use_abs else z[j]
+        finite &= math.isfinite(y)
+        buf[j] = max(y - top, -2.0 * radius)
+    tau = _michelot_threshold(buf, False, radius, buf)[0] if finite else math.nan
+    for j in range(z.shape[0]):
+        x = max(max((abs(z[j]) if use_abs else z[j]) - top, -2.0 * radius) - tau, 0.0)
+        out[j] = math.copysign(x, z[j]) if use_abs else x  # NaN for a NaN tau
+
+
 @kernel
 def _simplex_rows(z, use_abs, radius, out):
     """Rows of at most ROW_CHUNK entries, one per task: Michelot's threshold, then the shrink."""
     n, p = z.shape
     for i in prange(n):
-        tau, total = _michelot_threshold(z[i], use_abs, radius, np.empty(p))
+        buf = np.empty(p)
+        tau, total, top = _michelot_threshold(z[i], use_abs, radius, buf)
         if use_abs and total <= radius:  # already inside the l1 ball: the projection is the identity
-            tau = 0.0
-        _shrink(z[i], tau, use_abs, out[i])
+            _shrink(z[i], 0.0, use_abs, out[i])
+        elif abs(top) > SHIFT_RATIO * radius or math.isinf(total):  # inf: entries of inf, or a sum that overflowed
+            _shifted_projection(z[i], use_abs, radius, top, buf, out[i])
+        else:
+            _shrink(z[i], tau, use_abs, out[i])
 
 
 def _project_simplex_rows(z, radius, use_abs, out):
@@ -519,6 +541,11 @@ def _project_simplex_rows(z, radius, use_abs, out):
         tau[row_totals <= radius] = 0.0  # already inside the l1 ball: the projection is the identity
     tau[~np.isfinite(row_totals)] = np.nan
     _shrink_rows(z.size, z, tau, use_abs, out)
+    # Rows whose largest entry dwarfs the radius (SHIFT_RATIO; tau lies within the radius below it), or
+    # whose sum overflowed, again on the shifted row: rare, so by the reference's sort.
+    for i in np.flatnonzero((np.abs(tau) > SHIFT_RATIO * radius) | np.isinf(row_totals)):
+        x = simplex_row(np.abs(z[i]) if use_abs else z[i], radius)
+        out[i] = np.copysign(x, z[i]) if use_abs else x
     return out
 
 

@@ -15,7 +15,7 @@ import warnings
 
 from numba import cuda, float64
 
-from fedopt.kernels import SQUARES_MAX, SQUARES_MIN
+from fedopt.kernels import SHIFT_RATIO, SQUARES_MAX, SQUARES_MIN
 
 #: The most threads per block that the launchers choose by themselves (``block=None``).
 MAX_AUTO_BLOCK = 256
@@ -155,38 +155,58 @@ def _group_kernel(z, starts, order, tau, scale, out):
         out[row, j] = factor * z[row, j]
 
 
+@cuda.jit(device=True)
+def _shifted(z, row, j, l1, shift, low):
+    """``max(y - shift, low)`` with ``y = z[row, j]``, or ``|z[row, j]|`` when ``l1``."""
+    return max((abs(z[row, j]) if l1 else z[row, j]) - shift, low)
+
+
 @cuda.jit
 def _michelot_kernel(z, radius, l1, out):
     """Projection of row ``r`` (block ``r``) on the simplex of ``radius``, or on the l1 ball when ``l1``:
-    ``out = max(z - theta, 0)`` or ``sign(z) * max(|z| - theta, 0)``.
+    ``out = max(y - theta, 0)`` with ``y = z``, or ``sign(z) * max(|z| - theta, 0)`` with ``y = |z|``.
 
     ``theta`` is found by Michelot's method: with ``A`` the active set (all coordinates at first),
-    ``theta = (sum(v[A]) - radius) / len(A)``, then ``A = {v > theta}``, until ``A`` stops shrinking.
+    ``theta = (sum(y[A]) - radius) / len(A)``, then ``A = {y > theta}``, until ``A`` stops shrinking.
+    A row whose largest ``y`` dwarfs the radius (``SHIFT_RATIO``), or whose sum overflows, is
+    projected as ``y - max(y)``, the entries more than ``2 radius`` below ``max(y)`` (never
+    active) raised to that: the threshold then keeps the radius's digits.
     """
     row = cuda.blockIdx.x
     t = cuda.threadIdx.x
     nt = cuda.blockDim.x
     p = z.shape[1]
     buf = cuda.shared.array(0, float64)
-    acc = 0.0
+    acc, top, bad = 0.0, -math.inf, 0.0
     for j in range(t, p, nt):
-        acc += abs(z[row, j]) if l1 else z[row, j]
-    total = _block_sum(buf, acc)
+        v = abs(z[row, j]) if l1 else z[row, j]
+        acc += v
+        top = max(top, v)
+        bad += 0.0 if math.isfinite(v) else 1.0
+    total, bad = _block_sum2(buf, acc, bad)
+    top = _block_reduce(buf, top, True)
     # The branches below depend on block-wide values only, so every thread takes the same one.
-    if not math.isfinite(total):
+    if bad > 0.0:
         for j in range(t, p, nt):
             out[row, j] = math.nan
     elif l1 and total <= radius:
         for j in range(t, p, nt):
             out[row, j] = z[row, j]
     else:
+        shift, low = 0.0, -math.inf  # y itself
+        if abs(top) > SHIFT_RATIO * radius or math.isinf(total):
+            shift, low = top, -2.0 * radius
+            acc = 0.0
+            for j in range(t, p, nt):
+                acc += _shifted(z, row, j, l1, shift, low)
+            total = _block_sum(buf, acc)
         count = float(p)
         theta = (total - radius) / count
         while True:
             s = 0.0
             k = 0.0
             for j in range(t, p, nt):
-                v = abs(z[row, j]) if l1 else z[row, j]
+                v = _shifted(z, row, j, l1, shift, low)
                 if v > theta:
                     s += v
                     k += 1.0
@@ -197,9 +217,8 @@ def _michelot_kernel(z, radius, l1, out):
             count = k
             theta = (s - radius) / k
         for j in range(t, p, nt):
-            v = z[row, j]
-            x = max((abs(v) if l1 else v) - theta, 0.0)
-            out[row, j] = -x if l1 and v < 0 else x
+            x = max(_shifted(z, row, j, l1, shift, low) - theta, 0.0)
+            out[row, j] = -x if l1 and z[row, j] < 0 else x
 
 
 def _threads(length, block):
