@@ -12,7 +12,7 @@ def real(name: str, value, low: float = 0.0, *, strict: bool = False, below: flo
          hint: str = "") -> float:
     """``value`` as a finite float ``>= low`` (``> low`` when ``strict``) and ``< below``; ``hint`` ends the error."""
     try:
-        number = float(value)
+        number = math.nan if isinstance(value, bool) else float(value)  # True is a flag, not the number 1
     except (TypeError, ValueError):
         number = math.nan
     if not (math.isfinite(number) and (number > low if strict else number >= low) and number < below):

@@ -113,8 +113,8 @@ def _run(args) -> int:
         if value is not None:
             exp = exp.override({key: value}, origin=flag)
     exp = exp.override(_assignments(args.set))
-    if "seeds" not in exp.overrides:
-        exp.seeds = exp.seeds[:1]
+    if "seeds" not in exp.overrides and len(exp.seeds) > 1:  # one run: the first seed, recorded as a change
+        exp = exp.override({"seeds": exp.seeds[:1]}, origin="fedopt run")
     if args.regularizer is not None:
         exp = _fit_steps_to(exp)
     specs = exp.expand()
@@ -274,8 +274,14 @@ def _claims_code(verdicts) -> int:
 
 
 def _report(args) -> int:
-    from fedopt.sweep.report import export, report
+    from fedopt.sweep.report import check_export, export, report
 
+    for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
+        if path:  # before the report, so that a missing pyarrow is not found after all its work
+            try:
+                check_export(path)
+            except (ImportError, ValueError) as err:
+                raise ValueError(f"{flag}: {err}") from None
     result = report(args.store, out=args.out, experiment=args.experiment, sweep=args.sweep, plots=not args.no_plots)
     for path in (args.csv, args.parquet):
         if path:
@@ -292,6 +298,9 @@ def _store(args) -> int:
         if not args.sweep:
             raise ValueError("`fedopt store rm STORE SWEEP` needs the sweep: an id from `fedopt store ls` or an "
                              "experiment name (its latest sweep)")
+        if not Path(args.store).exists():  # opening it for writing would create it
+            raise ValueError(f"no store at {args.store}; give the path of an existing store (`fedopt store ls "
+                             "STORE` lists its sweeps)")
         with Store(args.store) as store:
             removed = store.remove_sweep(args.sweep)
         print(f"removed sweep {removed['sweep'][:12]} and {removed['runs_removed']} runs no other sweep uses")

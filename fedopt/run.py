@@ -471,17 +471,23 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
 SAMPLED_COLUMNS = ("stationarity", "normal_map", "objective")
 
 
+def check_eval_clients(method, problem, eval_clients) -> int:
+    """The size of the sample that ``eval_clients`` asks for, after checking that ``method`` evaluates
+    a server model and that the sample fits the problem's clients of positive weight."""
+    if type(method).evaluate is not Algorithm.evaluate:
+        raise ValueError(f"eval_clients evaluates a server model on a sample of clients; {method.name} evaluates "
+                         "per-node or per-operator measures: leave eval_clients at None")
+    size = cohort_size(eval_clients, problem.n_clients, "eval_clients")
+    problem.check_cohort(size, "eval_clients")
+    return size
+
+
 def _evaluation_view(method, problem, eval_clients, seed, history):
     """None (evaluate on every client), or the cohort view of ``eval_clients`` clients that
     :func:`run` evaluates on; notes the estimated columns in ``history.estimated``."""
     if eval_clients is None:
         return None
-    if type(method).evaluate is not Algorithm.evaluate:
-        raise ValueError(f"eval_clients evaluates a server model on a sample of clients; {method.name} evaluates "
-                         "per-node or per-operator measures: leave eval_clients at None")
-    n = problem.n_clients
-    size = cohort_size(eval_clients, n, "eval_clients")
-    problem.check_cohort(size, "eval_clients")
+    n, size = problem.n_clients, check_eval_clients(method, problem, eval_clients)
     rng = np.random.default_rng(np.random.SeedSequence([0 if seed is None else seed, _EVAL_STREAM]))
     clients, weights = problem.draw_cohort(rng, size, "uniform")
     note = f"{size} of {n} clients"

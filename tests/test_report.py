@@ -122,8 +122,22 @@ def test_a_setting_with_too_few_complete_points_says_so():
                                        "stationarity_mean": 1.0 / n}) for n, done in ((4, 2), (8, 1), (16, 0))]
     grid = {"name": "g", "slope": "dataset.n_clients", "varied": ["dataset.n_clients"]}
     slopes, unfitted = rep._slopes("e", grid, rows)
-    assert slopes == [] and unfitted == ["e/g: not fitted, 1 point with every seed done; 2 points left out (seeds "
-                                         "not done: 3 diverged)"]
+    assert slopes == [] and unfitted == ["e/g: not fitted, 1 point to fit (a slope needs 2); 2 points left out "
+                                         "(seeds not done: 3 diverged)"]
+
+
+def test_points_without_a_logarithm_are_named_as_left_out_of_the_slope():
+    def row(x, value):
+        return {"dataset.n_clients": x}, {"seeds": 1, "done": 1, "diverged": 0, "failed": 0, "missing": 0,
+                                          "stationarity_mean": value}
+
+    grid = {"name": "g", "slope": "dataset.n_clients", "varied": ["dataset.n_clients"]}
+    (slope,), _ = rep._slopes("e", grid, [row(4, 0.5), row(8, 0.25), row(16, 0.0)])
+    assert slope.points == 2 and slope.left_out == 1
+    assert "1 point left out (no logarithm at n_clients=16 with final stationarity 0)" in str(slope)
+    assert rep._slopes("e", grid, [row("a", 0.5), row("b", 0.25)]) == ([], [
+        "e/g: not fitted, 0 points to fit (a slope needs 2); 2 points left out (no logarithm at n_clients=a (not a "
+        "number > 0), n_clients=b (not a number > 0))"])
 
 
 def test_every_table_states_the_sweep_its_overrides_and_where_it_ran(store_path, tmp_path):
@@ -238,3 +252,12 @@ def test_export_refuses_other_formats_and_names_pyarrow(store_path, tmp_path, mo
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match="pip install pyarrow"):
         rep.export(store_path, tmp_path / "rows.parquet")
+
+
+def test_report_refuses_parquet_without_pyarrow_before_the_report(store_path, tmp_path, monkeypatch, capsys):
+    from fedopt.cli import main
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setattr(rep, "report", lambda *a, **k: pytest.fail("the report ran"))
+    assert main(["report", str(store_path), "--parquet", str(tmp_path / "rows.parquet")]) == 2
+    assert "--parquet: writing" in capsys.readouterr().err and not (tmp_path / "rows.parquet").exists()

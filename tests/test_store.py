@@ -134,6 +134,20 @@ def test_remove_sweep_drops_only_the_runs_no_other_sweep_uses(tmp_path):
         assert store.count() == 0 and store.sweeps() == []
 
 
+def test_a_store_without_sweeps_says_there_is_none_to_choose(tmp_path):
+    with Store(tmp_path / "s.db") as store:
+        store.remove_sweep(store.register(tiny(), tiny().expand()))
+        with pytest.raises(StoreError, match=r"no sweep 'tiny' in .*s\.db; choose one of: none"):
+            store.sweep("tiny")
+
+
+def test_store_rm_refuses_a_missing_store_and_creates_none(tmp_path, capsys):
+    from fedopt.cli import main
+
+    assert main(["store", "rm", str(tmp_path / "typo.db"), "tiny"]) == 2
+    assert "no store at" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
 # ------------------------------------------------------------------------------------------ claims
 def test_two_stores_on_one_file_never_claim_the_same_run(tmp_path):
     keys = [f"k{i}" for i in range(10)]

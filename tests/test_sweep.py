@@ -6,6 +6,7 @@ import importlib
 import io
 import json
 import math
+import re
 import sqlite3
 import time
 
@@ -131,6 +132,9 @@ def test_per_method_tables_and_params_feed_expressions():
     (('name = "softmax"', 'name = "softmaks"'), "run.problem.name", "unknown"),
     (('"algorithm.local_steps" = [1, 2]', '"algorithm.name" = ["fednmap", "fedfoo"]'), "algorithm.name", "unknown"),
     (('slope = "dataset.n_clients"', 'slope = "dataset.clients"'), "slope", "names no axis"),
+    (('name = "fednmap"', 'name = ["fednmap", "zhang"]'), "run.algorithm.name", "a run has one algorithm: to vary"),
+    (('"dataset.n_clients" = [4, 8]', '"dataset.n_clients" = [4.0, 8]'), "dataset.n_clients",
+     "n_clients must be an integer, got 4.0; write 4"),
 ])
 def test_errors_name_the_key_and_its_line(edit, key, message):
     text = TINY.replace(*edit)
@@ -161,6 +165,26 @@ def test_expressions_are_small_and_safe():
     for bad in ("Q.__class__", "open('x')", "[1][0]", "2 ** 1000"):
         with pytest.raises(ValueError):
             sweep.evaluate_expression(bad, {"Q": 2})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("exp(1000)", "exp(1000) cannot be evaluated (math range error)"),
+    ("floor(1e400)", "cannot be evaluated (cannot convert float infinity to integer)"),
+    ("min()", "min() cannot be evaluated"), ("abs()", "abs() cannot be evaluated"),
+    ("sqrt(1, 2)", "sqrt(1, 2) cannot be evaluated"), ("log(-1)", "log(-1) cannot be evaluated (math domain error)"),
+    ("(-8) ** 0.5", "(-8) ** 0.5 is not a real number"), ("abs((-8) ** 0.5)", "(-8) ** 0.5 is not a real number"),
+    ("1e300 ** 2", "too large for a floating-point number"),
+])
+def test_expressions_that_cannot_be_evaluated_are_config_errors_naming_the_key(text, message):
+    with pytest.raises(ConfigError) as err:
+        tiny(**{"algorithm.lr_local": text}).expand()
+    assert str(err.value).startswith(f"--set algorithm.lr_local: {text!r}") and message in str(err.value)
+
+
+def test_a_slope_needs_an_axis_of_positive_numbers():
+    text = TINY.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.name" = ["fednmap", "zhang"]')
+    with pytest.raises(ConfigError, match=r"slope = 'algorithm.name' needs an axis of numbers > 0 .* 'fednmap'"):
+        tiny(text.replace('slope = "dataset.n_clients"', 'slope = "algorithm.name"'))
 
 
 def test_overrides_and_assignments_from_the_command_line():
@@ -392,3 +416,15 @@ def test_eval_clients_is_a_run_option_that_runs_alone():
     assert "eval_clients" not in tiny().expand()[0].config  # unset: the stored keys stay as they were
     with pytest.raises(ConfigError, match="eval_clients"):
         tiny(TINY.replace("metric_gamma = 4.0", "metric_gamma = 4.0\neval_clients = 0"))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"eval_clients": 6}, "eval_clients = 6 in 4 of 8 runs: eval_clients=6 is more than the 4 clients"),
+    ({"eval_clients": 2, "algorithm": {"name": "depositum"}}, "depositum evaluates per-node or per-operator"),
+    ({"algorithm.clients_per_round": 6, "algorithm.sampling": "weighted"},
+     "algorithm.clients_per_round = 6 in 4 of 8 runs: clients_per_round=6 is more than the 4 clients"),
+    ({"algorithm.lr_local": True}, "algorithm.lr_local = True in 8 of 8 runs: lr_local must be a finite number > 0"),
+])
+def test_run_arguments_checked_at_run_time_are_checked_before_the_sweep(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        sweep.validate(tiny(**overrides).expand())

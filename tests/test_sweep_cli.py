@@ -25,7 +25,9 @@ def test_invalid_toml_cites_the_line_that_opens_the_unclosed_array():
 def test_set_errors_name_the_command_line_not_a_line_of_the_file():
     for key, value, expected in (("algorithm.lr_local", "x_unknown", "--set algorithm.lr_local: "),
                                  ("algorithm.batch_size", 2.5, "--set algorithm.batch_size: "),
-                                 ("rounds", -1, "--set rounds: ")):
+                                 ("rounds", -1, "--set rounds: "),
+                                 ("algorithm.name", ["fednmap"], "--set algorithm.name: algorithm ['fednmap'] is "
+                                                                 "unknown")):
         with pytest.raises(sweep.ConfigError) as err:
             tiny(**{key: value}).expand()
         assert str(err.value).startswith(expected), str(err.value)
@@ -159,3 +161,12 @@ def test_run_shows_progress_on_a_terminal(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert main(["run", "--rounds", "100", "--set", "eval_every=50", "--out", str(tmp_path / "h.csv")]) == 0
     assert "fednmap: round 100/100" in capsys.readouterr().err
+
+
+def test_run_records_the_seed_it_keeps_as_an_override(tmp_path, capsys):
+    path = tmp_path / "one.toml"
+    path.write_text(TINY.split("[[grid]]")[0].replace("rounds = 4", "rounds = 1"))  # seeds = [0, 1]
+    assert main(["run", str(path), "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "h.csv")]) == 0
+    with sweep.Store(tmp_path / "s.db", readonly=True) as store:
+        (stored,) = store.sweeps()
+    assert stored["overrides"] == {"seeds": [0]} and stored["runs"] == 1

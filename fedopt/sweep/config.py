@@ -51,7 +51,7 @@ An experiment file has three kinds of tables::
     "dataset.n_clients" = [10, 20, 30, 50, 100]
     "algorithm.lr_local" = [0.1]
     lines = "dataset.n_clients"  # optional: the key that tells the curves apart in the plots
-    slope = "dataset.n_clients"  # optional: fit log(final stationarity) against log(this key)
+    slope = "dataset.n_clients"  # optional: fit log(final stationarity) against log(this key: numbers > 0)
     paper_slope = -1.436         # optional: the paper's value, printed next to ours
     predicted_slope = -1.5       # optional: the slope a theorem predicts, printed next to ours
     metric = "stationarity"      # optional: the history column whose final value is tabulated and fitted
@@ -239,22 +239,30 @@ def evaluate_expression(text: str, names: dict) -> float:
             left, right = ev(node.left), ev(node.right)
             if isinstance(node.op, ast.Pow) and abs(right) > 64:
                 raise ValueError(f"{text!r}: exponents above 64 are refused")
-            return _BINOPS[type(node.op)](left, right)
+            value = _BINOPS[type(node.op)](left, right)
+            if isinstance(value, complex):  # a negative number to a fractional power
+                raise ValueError(f"{text!r}: {ast.unparse(node)} is not a real number")
+            return value
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             value = ev(node.operand)
             return -value if isinstance(node.op, ast.USub) else value
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
                 and not node.keywords):
-            return _FUNCTIONS[node.func.id](*(ev(arg) for arg in node.args))
+            args = [ev(arg) for arg in node.args]
+            try:
+                return _FUNCTIONS[node.func.id](*args)
+            except (ArithmeticError, TypeError, ValueError) as err:  # log(-1), exp(1000), min(), sqrt(1, 2)
+                raise ValueError(f"{text!r}: {ast.unparse(node)} cannot be evaluated ({err})") from None
         raise ValueError(f"{text!r} holds {ast.unparse(node)!r}, which is not allowed: use numbers, + - * / // % **, "
                          f"parentheses, the functions {', '.join(_FUNCTIONS)} and the names "
                          f"{', '.join(sorted(names)) or '(none)'}")
 
     try:
-        value = ev(tree)
+        return float(ev(tree))
     except ZeroDivisionError:
         raise ValueError(f"{text!r} divides by zero with {names}") from None
-    return float(value)
+    except OverflowError:  # 1e300 ** 2, or an integer too large for a float
+        raise ValueError(f"{text!r} is too large for a floating-point number with {names}") from None
 
 
 # ------------------------------------------------------------------------------------- line numbers
@@ -419,11 +427,14 @@ class Experiment:
         """The methods of the experiment, in their registered spelling (unknown names as written)."""
         from fedopt import algorithms
 
-        names = {self.run.get("algorithm", {}).get("name")}
+        names = [(self.run.get("algorithm", {}).get("name"), "run.algorithm.name")]
         for grid in self.grids:
-            names.update(grid.axes.get("algorithm.name", []))
+            names += [(n, f"grid[{grid.index}].algorithm.name") for n in grid.axes.get("algorithm.name", [])]
+        for name, path in names:
+            if name is not None and not isinstance(name, str):  # a list would not even be hashable
+                raise self.error(_unknown_name("algorithm", name, algorithms.available()), path)
         known = {n.replace("_", "-").lower(): n for n in algorithms.available()}
-        return {known.get(str(n).replace("_", "-").lower(), n) for n in names if n is not None}
+        return {known.get(n.replace("_", "-").lower(), n) for n, _ in names if n is not None}
 
     def expand(self) -> list[RunSpec]:
         """Every run of the experiment, in grid order then seed order (duplicates kept, same key).
@@ -565,16 +576,22 @@ class Experiment:
             with contextlib.suppress(ValueError):  # an unknown name is reported below
                 name = canonical(name)
         if name not in names_of():
-            raise self.error(f"{section} {name!r} is unknown; choose one of {', '.join(names_of())}",
-                             where(f"{section}.name"))
+            raise self.error(_unknown_name(section, name, names_of()), where(f"{section}.name"))
         options = options_of(name)
         resolved = {"name": name}
         for key, value in table.items():
             if key not in options:
                 raise self.error(f"{section} {name!r} has no option {key!r}; its options are "
                                  f"{', '.join(sorted(options))}", where(f"{section}.{key}"))
-            if isinstance(value, str) and expression_names is not None and _is_number(options[key]):
+            computed = isinstance(value, str) and expression_names is not None and _is_number(options[key])
+            if computed:
                 value = self._expression(value, expression_names, where(f"{section}.{key}"))
+            if _is_int(options[key]) and isinstance(value, float):  # 5.0 would be another run than 5
+                if not (computed and value.is_integer()):
+                    fix = f"; write {int(value)}" if value.is_integer() else ""
+                    raise self.error(f"{section} {name!r}: {key} must be an integer, got {value!r}{fix}",
+                                     where(f"{section}.{key}"))
+                value = int(value)
             resolved[key] = value
         missing = [k for k, v in options.items() if v is inspect.Parameter.empty and k not in resolved]
         if missing:
@@ -739,6 +756,14 @@ def _regularizer_names():
     return available()
 
 
+def _unknown_name(section: str, name, choices) -> str:
+    """The error for a name of ``section`` that is not one of ``choices``; a list is told how to vary a name."""
+    message = f"{section} {name!r} is unknown; choose one of {', '.join(choices)}"
+    if isinstance(name, list):
+        message += f'; a run has one {section}: to vary it, make it a grid axis, "{section}.name" = [...] in [[grid]]'
+    return message
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -879,6 +904,11 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
                 raise exp.error(f"names no axis of this grid; its axes are {', '.join(grid.axes) or 'none'}",
                                 f"grid[{index}].{role}")
             setattr(grid, role, chosen)
+        bad = [v for v in grid.axes.get(grid.slope, []) if not (_is_number(v) and v > 0)]
+        if bad:  # the report fits log y against log x, and reads x from the values as written
+            raise exp.error(f"slope = {grid.slope!r} needs an axis of numbers > 0 (the slope is fitted against "
+                            f"their logarithm), but it has {', '.join(map(repr, bad))}; choose another axis, or "
+                            "write the values as numbers", f"grid[{index}].slope")
         for role in ("paper_slope", "predicted_slope"):
             value = table.get(role)
             if value is not None and not _is_number(value):

@@ -20,14 +20,15 @@ read from the stored history.
 
 Slopes: on a grid with ``slope = "dataset.n_clients"`` (or ``"algorithm.local_steps"``) and for
 each setting of its other axes, the least-squares line through ``(log x, log mean_seeds S_final)``
-over the grid points whose seeds all finished ``done`` (the others are left out, and the slope
-line says how many and why: a mean over fewer seeds is not the same measurement); the 95 %
-confidence interval of the slope is ``b +- t_{0.975, k-2} * se(b)`` (:func:`t_quantile`), with ``k``
-points (none below 3 points). This is the FedNMap paper's measure of linear speedup (-1.436
-against log n in Fig. 3, -1.181 against log Q in Fig. 4). A grid's ``paper_slope`` (the paper's
-measured value) and ``predicted_slope`` (what a theorem's rate predicts) are printed beside the
-fitted one; beside a sweep with overrides the paper's value is marked as measured on the paper's
-grid, not comparable.
+over the grid points whose seeds all finished ``done`` and whose axis value and mean final value
+have a logarithm (> 0); the others are left out, and the slope line says how many and why (a mean
+over fewer seeds is not the same measurement; a final value of exactly 0 has no place on a log-log
+line); the 95 % confidence interval of the slope is ``b +- t_{0.975, k-2} * se(b)``
+(:func:`t_quantile`), with ``k`` points (none below 3 points). This is the FedNMap paper's measure
+of linear speedup (-1.436 against log n in Fig. 3, -1.181 against log Q in Fig. 4). A grid's
+``paper_slope`` (the paper's measured value) and ``predicted_slope`` (what a theorem's rate
+predicts) are printed beside the fitted one; beside a sweep with overrides the paper's value is
+marked as measured on the paper's grid, not comparable.
 
 Claims: an experiment's ``[[claim]]`` tables (:mod:`fedopt.sweep.claims`) are checked against
 the sweep and printed after its tables, each as holds, fails or inconclusive with the statistics
@@ -516,7 +517,8 @@ def _write_csv(path, rows, columns=None):
 def _slopes(experiment, grid, rows, caution=None):
     """The slopes of a grid, one per setting of its other axes, and a line for each setting left unfitted.
 
-    Only grid points whose seeds all finished ``done`` are fitted.
+    Only grid points whose seeds all finished ``done`` are fitted, and only those with a logarithm (an
+    axis value and a mean final metric > 0 and finite); the others are counted and named in the lines.
     """
     axis = grid.get("slope")
     if not axis:
@@ -529,22 +531,36 @@ def _slopes(experiment, grid, rows, caution=None):
         settings.setdefault(setting, []).append((point.get(axis), st))
     slopes, unfitted = [], []
     for setting, entries in settings.items():
-        kept = [(x, st[f"{metric}_mean"]) for x, st in entries if st["done"] == st["seeds"]]
-        pairs = [(x, y) for x, y in kept if isinstance(x, (int, float)) and x > 0 and y > 0 and math.isfinite(y)]
-        left = [st for _, st in entries if st["done"] != st["seeds"]]
-        why = ", ".join(f"{n} {word}" for word in NOT_DONE if (n := sum(st[word] for st in left)))
-        why = f"seeds not done: {why}" if why else "a seed without a finite final value"
+        done = [(x, st[f"{metric}_mean"]) for x, st in entries if st["done"] == st["seeds"]]
+        pairs = [(x, y) for x, y in done if _loggable(x) and _loggable(y)]
+        not_done = [st for _, st in entries if st["done"] != st["seeds"]]
+        reasons = []
+        if not_done:
+            counts = ", ".join(f"{n} {word}" for word in NOT_DONE if (n := sum(st[word] for st in not_done)))
+            reasons.append(f"seeds not done: {counts}" if counts else "a seed without a finite final value")
+        # a log-log line has no place for a value <= 0 (a stationarity of exactly 0, say): name those points
+        off_scale = [f"{_short(axis)}={_fmt(x)}" + ("" if _loggable(x) else " (not a number > 0)") +
+                     ("" if _loggable(y) else f" with final {metric} {y:.4g}")
+                     for x, y in done if not (_loggable(x) and _loggable(y))]
+        if off_scale:
+            reasons.append(f"no logarithm at {', '.join(off_scale)}")
+        left, why = len(not_done) + len(off_scale), "; ".join(reasons)
         if len({x for x, _ in pairs}) < 2:
             if left:
                 where = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in json.loads(setting).items())
                 unfitted.append(f"{experiment}/{grid['name']}{' (' + where + ')' if where else ''}: not fitted, "
-                                f"{len(pairs)} point{'s' * (len(pairs) != 1)} with every seed done; "
-                                f"{_left_out(len(left), why)}")
+                                f"{len(pairs)} point{'s' * (len(pairs) != 1)} to fit (a slope needs 2); "
+                                f"{_left_out(left, why)}")
             continue
         b, a, low, high = fit_slope([x for x, _ in pairs], [y for _, y in pairs])
         slopes.append(Slope(experiment, grid["name"], axis, json.loads(setting), b, a, low, high, len(pairs),
-                            grid.get("paper_slope"), grid.get("predicted_slope"), metric, len(left), why, caution))
+                            grid.get("paper_slope"), grid.get("predicted_slope"), metric, left, why, caution))
     return slopes, unfitted
+
+
+def _loggable(value) -> bool:
+    """Whether ``value`` has a real logarithm: a finite number > 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 # ------------------------------------------------------------------------------------------- export
@@ -558,16 +574,8 @@ def export(store, path, sweep: str | None = None) -> Path:
     """
     from fedopt.sweep.store import Store
 
-    path = Path(path)
+    path = check_export(path)
     kind = path.suffix.lower()
-    if kind not in (".csv", ".parquet"):
-        raise ValueError(f"export writes a .csv or a .parquet file, got {str(path)!r}: end the path in one of them")
-    if kind == ".parquet":
-        try:
-            import pyarrow
-            import pyarrow.parquet
-        except ImportError:
-            raise ImportError(f"writing {path} needs pyarrow: pip install pyarrow (or write a .csv)") from None
     own = not isinstance(store, Store)
     db = Store(store, readonly=True) if own else store
     try:
@@ -586,8 +594,27 @@ def export(store, path, sweep: str | None = None) -> Path:
     if kind == ".csv":
         _write_csv(path, rows, columns)
     else:
+        import pyarrow
+        import pyarrow.parquet
+
         table = pyarrow.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
         pyarrow.parquet.write_table(table, path)
+    return path
+
+
+def check_export(path) -> Path:
+    """``path`` if :func:`export` can write it: a ``.csv`` file, or a ``.parquet`` file with pyarrow installed
+    (ValueError, ImportError), so that a caller can refuse it before any work."""
+    path = Path(path)
+    kind = path.suffix.lower()
+    if kind not in (".csv", ".parquet"):
+        raise ValueError(f"export writes a .csv or a .parquet file, got {str(path)!r}: end the path in one of them")
+    if kind == ".parquet":
+        try:
+            import pyarrow
+            import pyarrow.parquet  # noqa: F401
+        except ImportError:
+            raise ImportError(f"writing {path} needs pyarrow: pip install pyarrow (or write a .csv)") from None
     return path
 
 
@@ -723,5 +750,5 @@ def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
     return path
 
 
-__all__ = ["PLOT_HINT", "Slope", "check_claims", "export", "fit_slope", "metric_label", "overrides_text",
-           "provenance_line", "report", "sweep_line"]
+__all__ = ["PLOT_HINT", "Slope", "check_claims", "check_export", "export", "fit_slope", "metric_label",
+           "overrides_text", "provenance_line", "report", "sweep_line"]

@@ -491,7 +491,8 @@ class Store:
     def sweep(self, ref: str) -> dict:
         """One sweep (as in :meth:`sweeps`) by full id, unique id prefix (4 characters or more) or experiment
         name (its latest sweep)."""
-        return next(s for s in self.sweeps() if s["id"] == self._resolve(ref))
+        chosen = self._resolve(ref)  # raises when no sweep matches, the store's last one removed included
+        return next(s for s in self.sweeps() if s["id"] == chosen)
 
     def _resolve(self, ref: str) -> str:
         """The id of the sweep ``ref`` names; a :class:`StoreError` listing the choices when none or several do."""

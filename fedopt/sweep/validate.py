@@ -3,7 +3,8 @@
 :func:`validate` does, once per distinct value, what every run would do first: build the method
 (``fedopt.algorithms.make``), the regularizer, the data set and the problem, and check that they
 go together (``method.check_problem`` and ``method.check``, the prox step of ``metric_gamma``, the
-network of a decentralized method, the divergence rule). A value that would make runs fail is
+network of a decentralized method, the clients drawn per round (``clients_per_round``) and for the
+evaluations (``eval_clients``), the divergence rule). A value that would make runs fail is
 reported with its key, how many runs have it and the reason, before any run starts and before the
 store is touched.
 
@@ -35,7 +36,7 @@ def validate(specs) -> None:
     time to build its distinct problems. Returns None when every run can start.
     """
     from fedopt import algorithms, regularizers
-    from fedopt.run import Divergence
+    from fedopt.run import Divergence, check_eval_clients
     from fedopt.sweep.execute import make_regularizer
 
     runs = list({spec.key: spec for spec in specs}.values())
@@ -52,7 +53,7 @@ def validate(specs) -> None:
                 groups[key][1] += 1
             else:
                 groups[key] = [value, 1]
-        triple = (a, r, p, config.get("metric_gamma"))
+        triple = (a, r, p, config.get("metric_gamma"), config.get("eval_clients"))
         triples[triple] = triples.get(triple, 0) + 1
 
     found = _Problems(len(runs))
@@ -84,7 +85,7 @@ def validate(specs) -> None:
         problem = _problem(config, datasets, found, count)
         if problem is None:
             continue
-        for (a, r, _, metric_gamma), n in by_problem[p]:
+        for (a, r, _, metric_gamma, eval_clients), n in by_problem[p]:
             method, reg = methods[a], regs[r]
             if method is None or reg is None:
                 continue
@@ -105,9 +106,16 @@ def validate(specs) -> None:
                 method.check(problem, reg)
                 if hasattr(method, "network"):  # decentralized: the graph must fit the clients
                     method.network(problem)
+                if getattr(method, "clients_per_round", None) is not None:  # any sampling: a round draws that many
+                    method.cohort_size(problem.n_clients)
             except Exception as err:
                 found.add("algorithm", json.loads(a), err, n, fallback="name")
                 continue
+            if eval_clients is not None:
+                try:
+                    check_eval_clients(method, problem, eval_clients)
+                except Exception as err:
+                    found.add_path("eval_clients", eval_clients, err, n)
             gamma = metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0)
             try:
                 reg.check_step(gamma, "metric_gamma")
