@@ -180,6 +180,24 @@ def test_logistic_defaults_reach_scikit_learn_on_digits():
     check_logistic_defaults(*standardized(load_digits), "dirichlet", "l2", 0.0)
 
 
+# ---- relative stationarity at rounding level ------------------------------------------------------
+
+
+def test_a_fit_that_starts_at_rounding_level_stops_and_a_nearly_constant_target_still_fits():
+    """A constant ``y`` centers to rounding noise and its exact fit is 0: the relative rule alone
+    chased ``tol`` times that noise for ``max_rounds``. A target that is nearly constant (signal
+    ``1e-6`` of its mean) is still fitted to the rule's accuracy."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3)) + 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        constant = FederatedLasso(0.0, max_rounds=200).fit(X, np.full(200, 5.0))
+        assert constant.n_iter_ == 0 and np.abs(constant.coef_).max() < 1e-20
+        y = 5.0 + 1e-6 * (X @ [1.0, -2.0, 0.5])
+        nearly = FederatedLasso(0.0, max_rounds=2000).fit(X, y)
+    np.testing.assert_allclose(nearly.coef_, [1e-6, -2e-6, 0.5e-6], rtol=1e-3)
+
+
 # ---- the warning -----------------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from scipy.special import expit, logsumexp
 from sklearn.base import clone
 from sklearn.datasets import load_digits, load_iris
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import Lasso, LogisticRegression
+from sklearn.linear_model import Lasso, LinearRegression, LogisticRegression
 from sklearn.model_selection import GridSearchCV, GroupKFold, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -21,6 +21,8 @@ from sklearn.utils.estimator_checks import (
 )
 
 import fedopt
+from fedopt import regularizers as R
+from fedopt.algorithms import make
 from fedopt.estimators import (
     FederatedElasticNet,
     FederatedLasso,
@@ -29,6 +31,7 @@ from fedopt.estimators import (
     FederatedMLPRegressor,
     FederatedSparseRegressor,
 )
+from fedopt.estimators._base import SMOOTH_METHODS
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -245,10 +248,33 @@ def test_a_fit_on_minibatches_that_stops_short_names_the_noise_floor():
     assert "may settle short" not in str(caught[0].message)  # FedNMap has no biased fixed point
 
 
+@pytest.mark.parametrize("method", SMOOTH_METHODS)
+def test_methods_without_a_prox_fit_alpha_zero_and_refuse_a_penalty(method):
+    X, y, clients = regression(n=120, d=4)
+    lasso = FederatedLasso(0.0, algorithm=method, tol=1e-12).fit(X, y, clients=clients)
+    exact = LinearRegression().fit(X, y)
+    np.testing.assert_allclose(lasso.coef_, exact.coef_, atol=1e-4)
+    assert lasso.intercept_ == pytest.approx(exact.intercept_, abs=1e-4)
+    X, y, clients = classification(n=120, d=4)
+    logistic = FederatedLogisticRegression(0.0, algorithm=method, tol=1e-12).fit(X, y, clients=clients)
+    exact = LogisticRegression(C=np.inf, tol=1e-10).fit(X, y)  # an intercept in the problem, left free by Zero
+    np.testing.assert_allclose(logistic.coef_, exact.coef_, atol=1e-4)
+    np.testing.assert_allclose(logistic.intercept_, exact.intercept_, atol=1e-4)
+    with pytest.warns(ConvergenceWarning):  # the network's elastic net with alpha=0 too
+        FederatedMLPRegressor(4, alpha=0.0, algorithm=method, max_rounds=10, tol=0).fit(X, y.astype(float))
+    for estimator in (FederatedLasso(0.1), FederatedElasticNet(0.1), FederatedLogisticRegression(penalty="l2"),
+                      FederatedMLPClassifier()):
+        with pytest.raises(ValueError, match=f"algorithm='{method}' has no prox step.*needs alpha=0, got alpha=.*"
+                                             "algorithm='fednmap'"):
+            estimator.set_params(algorithm=method).fit(X, y)
+    with pytest.raises(ValueError, match="regularizer Zero"):  # SMOOTH_METHODS: the methods that refuse a penalty
+        make(method).check(None, R.L1(1.0))
+
+
 # ---- clients, composition, persistence ----------------------------------------------------------
 
 
-def test_clients_define_the_federation_and_are_checked():
+def test_clients_define_the_federation():
     X, y, clients = classification()
     est = FederatedLogisticRegression(max_rounds=5, tol=0, eval_every=5)
     with pytest.warns(ConvergenceWarning):
@@ -256,8 +282,29 @@ def test_clients_define_the_federation_and_are_checked():
         floats_two = est.history_["floats_up"][-1]
         est.fit(X, y)  # the default: n_clients=10 iid clients
     assert est.history_["floats_up"][-1] == 5 * floats_two
-    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
-        est.fit(X, y, clients=clients[:-1])
+
+
+@pytest.mark.parametrize("clients, got", [(np.zeros(199), r"shape \(199,\)"), (np.zeros((1, 200)), r"shape \(1, 200\)"),
+                                          ("abc", "the scalar 'abc'")])
+def test_a_bad_clients_array_is_refused_by_name(clients, got):
+    X, y, _ = regression(n=200, d=3)
+    with pytest.raises(ValueError, match=rf"clients must be a 1-D array of one client id per sample, shape \(200,\) "
+                                         rf".*got {got}"):
+        FederatedLasso().fit(X, y, clients=clients)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_client_of_zero_rows_and_an_all_zero_design_fit(sparse):
+    """A block without nonzero entries has smoothness 0 (ARPACK found no start vector there)."""
+    X, y, clients = regression(n=60, d=4)
+    X[clients == 0] = 0
+    convert = sp.csr_matrix if sparse else np.asarray
+    fitted = FederatedLasso(0.1, fit_intercept=False).fit(convert(X), y, clients=clients)
+    exact = Lasso(0.1, fit_intercept=False).fit(X, y)
+    np.testing.assert_allclose(fitted.coef_, exact.coef_, atol=1e-3)
+    zero = FederatedLasso(0.1).fit(convert(np.zeros_like(X)), y)  # centering leaves nothing
+    np.testing.assert_array_equal(zero.coef_, 0.0)
+    assert zero.intercept_ == pytest.approx(y.mean())
 
 
 def test_pipeline_and_grid_search_with_client_ids():
@@ -302,6 +349,39 @@ def test_invalid_parameters_raise_value_errors():
             FederatedLasso(algorithm=method).fit(X, y)
     with pytest.raises(TypeError, match="dense data is required"):
         FederatedMLPClassifier().fit(sp.csr_matrix(X), y)
+
+
+@pytest.mark.parametrize("estimator, message", [
+    (FederatedLasso(fit_intercept="no"), "fit_intercept must be True or False, got 'no'"),
+    (FederatedLasso(fit_intercept=None), "fit_intercept must be True or False, got None"),
+    (FederatedLogisticRegression(warm_start=1), "warm_start must be True or False, got 1"),
+    (FederatedElasticNet(l1_ratio=True), r"l1_ratio must be a finite number in \[0, 1\], got True"),
+    (FederatedElasticNet(l1_ratio=np.nan), r"l1_ratio must be a finite number in \[0, 1\], got nan"),
+    (FederatedLogisticRegression(penalty="elasticnet", l1_ratio=1.5), r"l1_ratio must be .* in \[0, 1\], got 1.5"),
+    (FederatedMLPRegressor(l1_ratio=-0.1), r"l1_ratio must be .* in \[0, 1\], got -0.1"),
+    (FederatedSparseRegressor(concavity=-1), r"concavity must be a finite number > 0 for penalty='mcp'.*got -1"),
+    (FederatedSparseRegressor(penalty="scad", concavity=1.5), "concavity must be a finite number > 2 for "
+                                                               "penalty='scad'.*got 1.5"),
+    (FederatedLogisticRegression(penalty="mcp", concavity=True), "concavity must be .* got True"),
+    (FederatedMLPRegressor(hidden_layer_size=True), "hidden_layer_size must be an integer >= 1, got True"),
+    (FederatedMLPClassifier(hidden_layer_size=2.0), "hidden_layer_size must be an integer >= 1, got 2.0"),
+])
+def test_parameter_errors_name_the_estimators_own_parameters(estimator, message):
+    X, y, _ = classification(n=60, d=3)
+    with pytest.raises(ValueError, match=message):
+        estimator.fit(X, y)
+
+
+@pytest.mark.parametrize("partition", ["dirichlet", "shards"])
+def test_label_partitions_are_refused_for_regressors_and_name_n_clients_for_classifiers(partition):
+    X, y, _ = classification(n=60, d=3)
+    for regressor in (FederatedLasso(), FederatedMLPRegressor()):
+        with pytest.raises(ValueError, match=f"partition='{partition}' splits the samples by class label.*"
+                                             f"{type(regressor).__name__} takes partition='iid' or 'sorted'"):
+            regressor.set_params(partition=partition).fit(X, y.astype(float))
+    with pytest.raises(ValueError, match=f"partition='{partition}' .*n_clients=50.* use .*partition='iid'") as caught:
+        FederatedLogisticRegression(partition=partition, n_clients=50).fit(X, y)
+    assert "shards_per_client" not in str(caught.value) and "alpha" not in str(caught.value)
 
 
 def test_estimators_module_loads_lazily():

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import _check_sample_weight, check_consistent_length, column_or_1d
+from sklearn.utils.validation import _check_sample_weight
 
 from fedopt import regularizers as R
 from fedopt.algorithms import ALGORITHMS, Start, canonical
@@ -32,6 +32,11 @@ FLOATS = (np.float64, np.float32)
 FLOAT32_TOL = 1e-5
 #: The methods the estimators run: those with a server (a decentralized method needs a graph, a VI method a game).
 SERVER_METHODS = tuple(name for name, cls in ALGORITHMS.items() if not issubclass(cls, DecentralizedMethod | VIMethod))
+#: The server methods without a prox step: they take no penalty (their ``check`` refuses any regularizer but Zero).
+SMOOTH_METHODS = ("scaffold", "scaffnew")
+#: The partitions of :func:`fedopt.datasets.partition`; the last two split by class label (classifiers only).
+PARTITIONS = ("iid", "sorted", "dirichlet", "shards")
+LABEL_PARTITIONS = ("dirichlet", "shards")
 
 
 class _FederatedEstimator(BaseEstimator):
@@ -46,33 +51,48 @@ class _FederatedEstimator(BaseEstimator):
 
     # ---- parameters ----------------------------------------------------------------------------
     def _check_params(self):
-        def check(name, low, integer=False, none=False, strict=False):
-            value = getattr(self, name)
-            if none and value is None:
-                return
-            kind = numbers.Integral if integer else numbers.Real
-            if not isinstance(value, kind) or isinstance(value, bool) or not np.isfinite(value) or \
-                    (value <= low if strict else value < low):
-                raise ValueError(f"{name} must be {'an integer' if integer else 'a finite number'} "
-                                 f"{'>' if strict else '>='} {low}{' or None' if none else ''}, got {value!r}")
-
-        check("alpha", 0)
+        self._check_number("alpha", 0)
         for name in ("n_clients", "local_steps", "max_rounds", "eval_every"):
-            check(name, 1, integer=True)
-        check("batch_size", 1, integer=True, none=True)
-        check("tol", 0)
+            self._check_number(name, 1, integer=True)
+        self._check_number("batch_size", 1, integer=True, none=True)
+        self._check_number("tol", 0)
         for name in ("lr_local", "lr_server", "gamma"):
-            check(name, 0, none=True, strict=True)
-        if self.partition not in ("iid", "sorted", "dirichlet", "shards"):
-            raise ValueError(f"partition must be 'iid', 'sorted', 'dirichlet' or 'shards', got {self.partition!r}")
+            self._check_number(name, 0, none=True, strict=True)
+        if hasattr(self, "l1_ratio"):
+            self._check_number("l1_ratio", 0, high=1)
+        for name in ("fit_intercept", "warm_start"):
+            if hasattr(self, name) and not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.partition not in PARTITIONS:
+            raise ValueError(f"partition must be one of {', '.join(map(repr, PARTITIONS))}, got {self.partition!r}")
+        if self.partition in LABEL_PARTITIONS and isinstance(self, RegressorMixin):
+            raise ValueError(f"partition={self.partition!r} splits the samples by class label, and a regressor's "
+                             f"targets have none: {type(self).__name__} takes partition='iid' or 'sorted', or "
+                             "fit(X, y, clients=ids)")
         if self.client_weights not in WEIGHTS:
             raise ValueError(f"client_weights must be one of {', '.join(map(repr, WEIGHTS))}, "
                              f"got {self.client_weights!r}")
-        if not isinstance(self.warm_start, bool | np.bool_):
-            raise ValueError(f"warm_start must be True or False, got {self.warm_start!r}")
         if canonical(self.algorithm) not in SERVER_METHODS:  # canonical(): a ValueError for an unknown name
             raise ValueError(f"algorithm={self.algorithm!r} has no server: the estimators run "
                              f"{', '.join(SERVER_METHODS)}; run a decentralized or VI method with fedopt.run")
+        if canonical(self.algorithm) in SMOOTH_METHODS and self.alpha != 0:
+            raise ValueError(f"algorithm={self.algorithm!r} has no prox step, so it fits no penalty: it needs "
+                             f"alpha=0, got alpha={self.alpha!r}; use a composite method such as "
+                             "algorithm='fednmap' for a penalized fit")
+
+    def _check_number(self, name, low, *, integer=False, none=False, strict=False, high=None):
+        """Refuse the parameter ``name`` unless it is a finite number (an integer) ``>= low`` (``> low``
+        when ``strict``) and ``<= high``, or None where ``none``; booleans are refused."""
+        value = getattr(self, name)
+        if none and value is None:
+            return
+        kind = numbers.Integral if integer else numbers.Real
+        if isinstance(value, kind) and not isinstance(value, bool) and np.isfinite(value) and \
+                (value > low if strict else value >= low) and (high is None or value <= high):
+            return
+        bound = f"in [{low}, {high}]" if high is not None else f"{'>' if strict else '>='} {low}"
+        raise ValueError(f"{name} must be {'an integer' if integer else 'a finite number'} {bound}"
+                         f"{' or None' if none else ''}, got {value!r}")
 
     # ---- fitting ---------------------------------------------------------------------------------
     def _split(self, X, y, clients, task, seed, sample_weight=None, n_classes=None):
@@ -83,8 +103,7 @@ class _FederatedEstimator(BaseEstimator):
         """
         dtype = None if sp.issparse(X) else X.dtype
         if clients is not None:
-            clients = column_or_1d(clients)
-            check_consistent_length(X, clients)
+            clients = _checked_clients(clients, X.shape[0])
         sample_weight = _checked_weights(sample_weight, X)
         if sample_weight is not None and not (sample_weight > 0).all():  # rows of weight 0 add nothing: drop them
             keep = np.flatnonzero(sample_weight > 0)
@@ -93,24 +112,40 @@ class _FederatedEstimator(BaseEstimator):
         if clients is not None:
             data = from_client_ids(X, y, clients, task=task, dtype=dtype, sample_weight=sample_weight)
         else:
-            n_clients = min(self.n_clients, X.shape[0])  # no empty clients on tiny data
-            data = partition(X, y, n_clients, self.partition, seed=seed, task=task, dtype=dtype,
-                             sample_weight=sample_weight)
+            data = self._partition(X, y, task, seed, dtype, sample_weight)
         if n_classes is not None and len(data.classes) < n_classes:  # codes relative to the batch's classes
             data = dataclasses.replace(data, y=data.classes[data.y], classes=np.arange(n_classes))
         self.n_clients_ = data.n_clients
         return data
 
+    def _partition(self, X, y, task, seed, dtype, sample_weight):
+        """The configured ``partition`` of ``n_clients`` clients (at most one per sample on tiny data)."""
+        n_samples = X.shape[0]
+        if self.partition == "shards" and 2 * self.n_clients > n_samples:  # partition()'s 2 shards a client
+            raise ValueError(f"partition='shards' deals every client 2 shards of at least one sample: "
+                             f"n_clients={self.n_clients} needs {2 * self.n_clients} samples, got {n_samples}; "
+                             f"use n_clients <= {n_samples // 2} or partition='iid' or 'sorted'")
+        try:
+            return partition(X, y, min(self.n_clients, n_samples), self.partition, seed=seed, task=task,
+                             dtype=dtype, sample_weight=sample_weight)
+        except ValueError as error:
+            if self.partition != "dirichlet":
+                raise
+            raise ValueError(f"partition='dirichlet' found no split of the {n_samples} samples that gives each of "
+                             f"n_clients={self.n_clients} clients enough of them; use fewer clients (n_clients) "
+                             "or partition='iid' or 'sorted'") from error
+
     def _previous(self, partial):
         """Whether this fit starts from the fitted model: ``partial_fit`` or ``warm_start`` after a fit."""
         return (partial or self.warm_start) and hasattr(self, "n_iter_")
 
-    def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None, previous=None, partial=False):
+    def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None, previous=None, partial=False, floor=0.0):
         """Run the method to ``tol`` or ``max_rounds``; set ``n_iter_`` (``n_rounds_``) and ``history_``; return x.
 
         ``gap`` (None, or ``(gap(x) -> float, scale)``) selects the stopping rule: the duality gap
         at most ``tol * scale``, or else the squared natural-map residual at most ``tol`` times
-        its value at the initial model. ``previous`` (a flat parameter vector) starts the run at
+        its value at the initial model, or ``floor`` (the rounding level of that residual) when
+        larger. ``previous`` (a flat parameter vector) starts the run at
         ``prox_{gamma phi}(x - gamma grad f(x))``, the natural-map step from the fitted model (the
         model itself once it is stationary). ``partial`` runs ``eval_every`` rounds without a
         stopping rule (``partial_fit``), continuing the last run's state where its shapes fit.
@@ -137,7 +172,7 @@ class _FederatedEstimator(BaseEstimator):
         elif not partial:
             first = Start.prox_of(regularizer, x0, gamma).x  # the model run() reports at round 0
             start = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
-            tol = relative * start
+            tol = max(relative * start, floor)
         # a continued run draws new minibatches: its generator is seeded past the rounds already run
         result = run(self.algorithm, problem, regularizer, rounds=self.eval_every if partial else self.max_rounds,
                      seed=seed if resume is None else seed + resume.round, x0=x0, eval_every=self.eval_every,
@@ -250,7 +285,7 @@ def _feature_scales(X) -> np.ndarray:
     return np.sqrt(np.maximum(squares - means * means, 0.0))
 
 
-def _linear_steps(problem, regularizer, gamma, lr_local, local_steps):
+def _linear_steps(L, regularizer, gamma, lr_local, local_steps):
     """Default steps of a linear model: ``lr_local = 1 / L`` and ``gamma = local_steps / L``.
 
     ``L = max_i L_i`` bounds every client's smoothness
@@ -262,7 +297,6 @@ def _linear_steps(problem, regularizer, gamma, lr_local, local_steps):
     gamma / local_steps`` converged about ``local_steps`` times slower. A ``rho``-weakly convex
     penalty caps ``gamma`` at ``1 / (2 rho)`` (and ``lr_local`` at ``gamma / local_steps``).
     """
-    L = float(problem.smoothness().max())
     if gamma is None:
         gamma = local_steps / L if L > 0 else 1.0
         if regularizer.weak_convexity > 0:
@@ -273,9 +307,7 @@ def _linear_steps(problem, regularizer, gamma, lr_local, local_steps):
 
 
 def _l1_l2(alpha, l1_ratio):
-    """``(l1, l2)`` of ``alpha * (l1_ratio ||x||_1 + (1 - l1_ratio) / 2 ||x||^2)``; checks ``l1_ratio``."""
-    if not (isinstance(l1_ratio, numbers.Real) and 0 <= l1_ratio <= 1):
-        raise ValueError(f"l1_ratio must be a number in [0, 1], got {l1_ratio!r}")
+    """``(l1, l2)`` of ``alpha * (l1_ratio ||x||_1 + (1 - l1_ratio) / 2 ||x||^2)``."""
     return alpha * l1_ratio, alpha * (1 - l1_ratio)
 
 
@@ -286,7 +318,15 @@ def _elastic_net(alpha, l1_ratio):
 
 
 def _concave(penalty, alpha, concavity):
-    """MCP ``(lam=alpha, gamma=concavity)`` or SCAD ``(lam=alpha, a=concavity)``; the defaults 3 and 3.7."""
+    """MCP ``(lam=alpha, gamma=concavity)`` or SCAD ``(lam=alpha, a=concavity)``; the defaults 3 and 3.7.
+
+    Checks ``concavity`` under the estimator's name: MCP's ``gamma`` must be ``> 0``, SCAD's ``a`` ``> 2``."""
+    low = 0 if penalty == "mcp" else 2
+    if concavity is not None and not (isinstance(concavity, numbers.Real) and not isinstance(concavity, bool)
+                                      and np.isfinite(concavity) and concavity > low):
+        raise ValueError(f"concavity must be a finite number > {low} for penalty={penalty!r} (its "
+                         f"{'gamma' if penalty == 'mcp' else 'a'}), or None for the default "
+                         f"{3 if penalty == 'mcp' else 3.7}, got {concavity!r}")
     options = {} if concavity is None else {"gamma" if penalty == "mcp" else "a": concavity}
     return (R.MCP if penalty == "mcp" else R.SCAD)(alpha, **options)
 
@@ -336,11 +376,14 @@ class _FederatedLinear(_FederatedEstimator):
                         backend=self._backend(X), center=center)
         n_out, d = problem.n_out, X.shape[1]
         free = range(n_out * d, n_out * (d + 1)) if problem.fit_intercept else ()
-        regularizer = _unpenalized(base, problem.n_params, free)
-        gamma, lr_local = _linear_steps(problem, regularizer, self.gamma, self.lr_local, self.local_steps)
+        # alpha = 0: Zero, the one regularizer that the methods without a prox (SMOOTH_METHODS) take
+        regularizer = R.Zero() if self.alpha == 0 else _unpenalized(base, problem.n_params, free)
+        L = float(problem.smoothness().max())
+        gamma, lr_local = _linear_steps(L, regularizer, self.gamma, self.lr_local, self.local_steps)
         previous = self._previous_vector(n_out, d, offset, problem.fit_intercept) if self._previous(partial) else None
         self.dual_gap_ = float("nan")  # set by _run where the objective has a duality gap
-        x = self._run(problem, regularizer, gamma, lr_local, seed, self._gap(problem, n_out), previous, partial)
+        x = self._run(problem, regularizer, gamma, lr_local, seed, self._gap(problem, n_out), previous, partial,
+                      floor=_rounding_floor(data, y_offset, L, problem, model is LeastSquares))
         coef = x[: n_out * d].reshape(n_out, d).copy()
         intercept = x[n_out * d :] if problem.fit_intercept else np.full(n_out, y_offset, dtype=x.dtype)
         intercept = intercept - coef @ offset if self.fit_intercept else np.zeros(n_out, dtype=x.dtype)
@@ -378,6 +421,23 @@ class _FederatedLinear(_FederatedEstimator):
         return of_vector, scale
 
 
+def _rounding_floor(data, y_offset, L, problem, least_squares):
+    """The rounding level of a linear model's squared natural-map residual: ``(eps sqrt(L) rms(y))^2``.
+
+    The residual's terms ``X^T r / n`` carry rounding errors of about ``eps ||X|| ||y|| / n <= eps
+    sqrt(L) rms(y)``, with ``y`` the targets before centering (``|p - y| <= 1`` for the log-loss).
+    The relative rule needs this floor where its start is itself rounding noise: a constant ``y``
+    centers to noise, the exact fit is 0 and ``tol`` times that noise is out of reach (the fit ran
+    ``max_rounds`` and warned). Any fit whose centered targets are not noise starts far above it,
+    about ``1 / eps^2`` times higher, so the floor does not end a fit that is still moving.
+    """
+    size = 1.0
+    if least_squares:
+        y = np.asarray(data.y, dtype=np.float64) + y_offset
+        size = float(_row_shares(data, problem.weights) @ y**2)
+    return float(np.finfo(problem.dtype).eps) ** 2 * L * size
+
+
 def _row_shares(data, weights):
     """``s_j``, each row's weight in ``f = sum_i w_i f_i`` (they sum to 1): ``w_i / m_i``, or ``w_i s_j / S_i``
     with sample weights; ``weights`` are the ``w_i`` or their rule (:func:`~fedopt.problems.base.client_weights`)."""
@@ -392,6 +452,16 @@ def _minus(X, offset, original):
         return X - offset
     X -= offset
     return X
+
+
+def _checked_clients(clients, n_samples):
+    """``clients`` as a 1-D array of one client id per sample, or a ValueError naming it."""
+    ids = np.asarray(clients)
+    if ids.shape != (n_samples,):
+        got = f"shape {ids.shape}" if ids.ndim else f"the scalar {clients!r}"
+        raise ValueError(f"clients must be a 1-D array of one client id per sample, shape ({n_samples},) "
+                         f"for these {n_samples} samples, got {got}")
+    return ids
 
 
 def _checked_weights(sample_weight, X):

@@ -76,18 +76,22 @@ class FederatedLasso(_FederatedRegressor):
         server: ``"fednmap"``, ``"fedcanon"``, ``"scaffold"``, ``"fedavg"``, ``"fedmid"``,
         ``"fedda"``, ``"feddr"``, ``"fedadmm"``, ``"scaffnew"``, ... It gets those of
         ``local_steps``, ``lr_local``, ``lr_server``, ``gamma`` and ``batch_size`` it takes.
+        ``"scaffold"`` and ``"scaffnew"`` have no prox step: they fit ``alpha = 0`` only (no
+        penalty; the intercept is free) and refuse another ``alpha``.
         The fixed points of ``"fedcanon"``, ``"fedavg"``, ``"fedmid"`` and ``"fedda"`` miss the
         solution under a penalty or with clients that differ, by an amount that shrinks with
         ``lr_local`` (their docstrings): they stop short of ``tol`` and warn, naming the bias.
     n_clients : int, default 10
         Clients of the simulated split when ``fit`` gets no ``clients`` (at most one per sample).
     partition : {"iid", "sorted", "dirichlet", "shards"}, default "iid"
-        The scheme of :func:`fedopt.datasets.partition` for that split.
+        The scheme of :func:`fedopt.datasets.partition` for that split; ``"dirichlet"`` and
+        ``"shards"`` split by class label, so only the classifiers take them.
     client_weights : {"samples", "uniform"}, default "samples"
         ``w_i`` of ``sum_i w_i f_i``: ``"samples"`` weighs client ``i`` by its share of the samples
         (of the sample weights), so the objective is the pooled one and the answer scikit-learn's;
         ``"uniform"`` weighs every client ``1 / n`` (the papers' setting).
     fit_intercept : bool, default True
+        Fit an intercept (unpenalized); False: the model passes through the origin.
     local_steps : int, default 10
         Local steps per round (Q).
     lr_local, lr_server, gamma : float or None
@@ -116,7 +120,8 @@ class FederatedLasso(_FederatedRegressor):
         / n_samples``, with coefficients 0.03 from the exact solution; this default stops at
         ``1e-7``, 0.0002 from it, after 60-70 rounds (4 clients). With ``alpha = 0`` (no
         dual bound) the rule is relative stationarity: ``||F_nat(x)||^2 <= tol *
-        ||F_nat(x_0)||^2`` (see the module docstring). A float32 fit uses ``max(tol, 1e-5)``:
+        ||F_nat(x_0)||^2`` (see the module docstring), or at most its rounding level where that
+        is larger (a constant ``y``, say). A float32 fit uses ``max(tol, 1e-5)``:
         float32 arithmetic leaves the gap at about ``3e-6`` of the yardstick.
     eval_every : int, default 10
         Rounds between two evaluations of the stopping rule (and rows of ``history_``); also
@@ -250,7 +255,7 @@ class FederatedSparseRegressor(_FederatedRegressor):
     alpha : float, default 1.0
     penalty : {"mcp", "scad"}, default "mcp"
     concavity : float or None
-        MCP's ``gamma`` (default 3, skglm's) or SCAD's ``a`` (default 3.7).
+        MCP's ``gamma`` (``> 0``, default 3, skglm's) or SCAD's ``a`` (``> 2``, default 3.7).
     algorithm, n_clients, partition, client_weights, fit_intercept, local_steps, lr_local, lr_server, gamma, \
 batch_size, clients_per_round, sampling, max_rounds, tol, eval_every, warm_start, backend, random_state
         As in :class:`FederatedLasso`.
@@ -325,7 +330,7 @@ class FederatedLogisticRegression(_Classifier, _FederatedLinear):
     l1_ratio : float in [0, 1], default 0.5
         The l1 share of ``"elasticnet"`` (ignored by the other penalties).
     concavity : float or None
-        MCP's ``gamma`` (default 3) or SCAD's ``a`` (default 3.7).
+        MCP's ``gamma`` (``> 0``, default 3) or SCAD's ``a`` (``> 2``, default 3.7).
     fit_intercept : bool, default True
     algorithm, n_clients, partition, client_weights, local_steps, lr_local, lr_server, gamma, batch_size, \
 clients_per_round, sampling, max_rounds, eval_every, warm_start, backend, random_state

@@ -3,13 +3,12 @@ with an elastic net."""
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from scipy.special import expit, softmax
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from fedopt import regularizers as R
 from fedopt.estimators._base import FLOATS, _class_codes, _Classifier, _elastic_net, _FederatedEstimator, _Regressor
 from fedopt.problems import MLP
 
@@ -20,14 +19,17 @@ class _FederatedMLP(_FederatedEstimator):
     _sparse = False
     _local_step = 1.0  # the default lr_local times local_steps
 
+    def _check_params(self):
+        super()._check_params()
+        self._check_number("hidden_layer_size", 1, integer=True)
+
     def _fit_network(self, X, targets, clients, sample_weight, partial, loss, n_classes=None):
-        if not (isinstance(self.hidden_layer_size, numbers.Integral) and self.hidden_layer_size >= 1):
-            raise ValueError(f"hidden_layer_size must be an integer >= 1, got {self.hidden_layer_size!r}")
         seed = self._seed()
         task = "regression" if loss == "squared" else "classification"
         problem = MLP(self._split(X, targets, clients, task, seed, sample_weight, n_classes),
                       hidden=self.hidden_layer_size, weights=self.client_weights, backend=self.backend, loss=loss)
-        regularizer = _elastic_net(self.alpha, self.l1_ratio)
+        # alpha = 0: Zero, the one regularizer that the methods without a prox (scaffold, scaffnew) take
+        regularizer = R.Zero() if self.alpha == 0 else _elastic_net(self.alpha, self.l1_ratio)
         lr_local = self._local_step / self.local_steps if self.lr_local is None else self.lr_local
         gamma = 4.0 if self.gamma is None else self.gamma
         previous = self._previous_vector(problem) if self._previous(partial) else None

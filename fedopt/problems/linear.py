@@ -156,11 +156,7 @@ class LinearModel(Problem):
             if len(weights):
                 root = np.sqrt(weights[self.dataset.offsets[i] : self.dataset.offsets[i + 1]])
                 X_i = sp.diags(root) @ X_i if sp.issparse(X_i) else root[:, None] * X_i
-            if min(X_i.shape) > 2:
-                top = svds(X_i, k=1, return_singular_vectors=False, random_state=0)[0]
-            else:  # ARPACK needs k < min(shape)
-                top = np.linalg.norm(X_i.toarray() if sp.issparse(X_i) else X_i, 2)
-            result[i] = factor * top**2 / X_i.shape[0]
+            result[i] = factor * _top_singular_value(X_i) ** 2 / X_i.shape[0]
         return result
 
 
@@ -183,11 +179,26 @@ def _centered(X, shift, intercept: bool, weights=None) -> LinearOperator:
     return LinearOperator((m, d + intercept), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
 
 
-def _top_singular_value(A: LinearOperator) -> float:
-    """``||A||_2`` by ARPACK, or from the dense matrix where ARPACK cannot (``min(shape) <= 2``)."""
-    if min(A.shape) > 2:
-        return float(svds(A, k=1, return_singular_vectors=False, random_state=0)[0])
-    return float(np.linalg.norm(A @ np.eye(A.shape[1]), 2))
+def _top_singular_value(A) -> float:
+    """``||A||_2`` of a dense or sparse matrix or an operator: by ARPACK, 0 for a zero block, or
+    from the dense matrix where ARPACK cannot (``min(shape) <= 2``)."""
+    if min(A.shape) <= 2:  # ARPACK needs k < min(shape)
+        dense = A.toarray() if sp.issparse(A) else A if isinstance(A, np.ndarray) else A @ np.eye(A.shape[1])
+        return float(np.linalg.norm(dense, 2))
+    if _is_zero(A):  # a client whose rows are all zero (or all the mean): ARPACK finds no start vector
+        return 0.0
+    return float(svds(A, k=1, return_singular_vectors=False, random_state=0)[0])
+
+
+def _is_zero(A) -> bool:
+    """Whether ``A`` has no nonzero entry; an operator is tested on a random vector (``A v = 0``
+    for a random ``v`` only when ``A = 0``, almost surely)."""
+    if sp.issparse(A):
+        return A.count_nonzero() == 0
+    if isinstance(A, np.ndarray):
+        return not A.any()
+    probe = np.random.default_rng(0).standard_normal(A.shape[1])
+    return not np.any(A.matvec(probe))
 
 
 class LeastSquares(LinearModel):
