@@ -667,8 +667,6 @@ def test_projection_of_huge_entries_is_exact(backend, long, reg, z, expected):
         pad = 0.0 if isinstance(reg, R.L1Ball) else z.min() - 1e3 * reg.radius
         z, expected = (np.concatenate([a, np.full(ROW_CHUNK, b)]) for a, b in ((z, pad), (expected, 0.0)))
     np.testing.assert_allclose(reg.prox(z, 1.0, backend=backend), expected, rtol=1e-12, atol=0)
-    huge32 = np.array([3e38, 3e38, 0.0], dtype=np.float32)
-    np.testing.assert_allclose(R.Simplex(1.0).prox(huge32, 1.0, backend=backend), [0.5, 0.5, 0.0], rtol=1e-6)
 
 
 @EXTREME_BACKENDS
@@ -697,10 +695,13 @@ def test_l2_ball_projection_of_huge_and_tiny_points(backend, p):
 @EXTREME_BACKENDS
 def test_float32_norms_beyond_float32s_range(backend):
     """A float32 row whose norm exceeds float32's range (3e38 * sqrt(2)) is projected on its
-    direction, and barely shrunk by a small group threshold: the norms are taken in float64."""
+    direction, and barely shrunk by a small group threshold: the norms are taken in float64. Its
+    simplex projection is exact too (the entries dwarf the radius: SHIFT_RATIO)."""
     z = np.array([3e38, -3e38], dtype=np.float32)
     np.testing.assert_allclose(R.L2Ball(1.0).prox(z, 1.0, backend=backend), [2**-0.5, -(2**-0.5)], rtol=1e-6)
     np.testing.assert_allclose(R.GroupLasso(1e30, groups=2).prox(z, 1.0, backend=backend), z, rtol=1e-6)
+    np.testing.assert_allclose(R.Simplex(1.0).prox(np.array([3e38, 3e38, 0.0], dtype=np.float32), 1.0,
+                                                   backend=backend), [0.5, 0.5, 0.0], rtol=1e-6)
 
 
 @EXTREME_BACKENDS
