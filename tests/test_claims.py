@@ -125,6 +125,13 @@ def test_slope_claim_uses_the_points_whose_seeds_are_all_done():
                    runs)[0].verdict == "fails"
     v = C.check([slope], members(finals, status={("a", 2, 0): "failed", ("a", 4, 1): "diverged"}))[0]
     assert v.verdict == "inconclusive" and "2 points with every seed done" in v.lines[0]
+    assert "2 points left out: 2 with a seed not done" in v.lines[0]
+    # a final value of 0 has no logarithm: the point is left out for that reason, not as "not done"
+    v = C.check([slope], members({**finals, ("a", 32): [0.0, 1 / 32, 1 / 32]}))[0]
+    assert v.verdict == "holds" and "over 4 points" in v.lines[0]
+    assert "1 point left out: 1 with a seed at or below 0 (no logarithm)" in v.lines[0]
+    v = C.check([claim()], members({("a", 4): [0.0, *LOW[1:]], ("b", 4): HIGH}))[0]
+    assert "a: 1 of 8 seeds at or below 0 (no logarithm)" in v.lines[0] and "not done" not in v.lines[0]
 
 
 CLAIMED = TINY + """

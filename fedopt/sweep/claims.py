@@ -56,6 +56,7 @@ from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _short, fit_slope, t_
 KINDS = ("best", "order", "slope", "ratio", "difference", "within")
 VERDICTS = ("holds", "fails", "inconclusive")
 LEVEL = 0.95
+UNLOGGED = "at or below 0 (no logarithm)"  # a done run a log-scale claim cannot use
 
 
 @dataclass
@@ -303,18 +304,21 @@ def _usable(run, claim: Claim) -> bool:
     return claim.at is not None and run["status"] == "diverged" and STALLED in (run.get("error") or "")
 
 
-def _seeds(claim, runs) -> tuple[dict, int, int]:
-    """``({seed: value}, diverged, other not done)`` of the runs of one grid point."""
-    values, diverged, other = {}, 0, 0
+def _seeds(claim, runs) -> tuple[dict, int, int, int]:
+    """``({seed: value}, diverged, other not done, done at or below 0 on the log scale)`` of the runs
+    of one grid point."""
+    values, diverged, other, unlogged = {}, 0, 0, 0
     for run in runs:
         value = _value(run, claim) if _usable(run, claim) else None
         if value is not None and (claim.scale == "linear" or value > 0):
             values[run["labels"].get("seed")] = value
+        elif value is not None:
+            unlogged += 1
         elif run["status"] == "diverged":
             diverged += 1
         else:
             other += 1
-    return values, diverged, other
+    return values, diverged, other, unlogged
 
 
 def interval(a: dict, b: dict, log: bool, level: float = LEVEL):
@@ -369,11 +373,12 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
     log = claim.scale == "log"
     verdicts, parts, hows = [], [], []
     for a, b in pairs:
-        (va, diverged_a, other_a), (vb, diverged_b, other_b) = data[a], data[b]
+        (va, diverged_a, other_a, unlogged_a), (vb, diverged_b, other_b, unlogged_b) = data[a], data[b]
         label = f"{_fmt(a)} {'/' if log else '-'} {_fmt(b)}"
         not_done = ", ".join(f"{_fmt(v)}: {n} of {len(groups[v])} seeds {word}" for v, n, word in
-                             ((a, diverged_a, "diverged"), (a, other_a, "not done"),
-                              (b, diverged_b, "diverged"), (b, other_b, "not done")) if n)
+                             ((a, diverged_a, "diverged"), (a, other_a, "not done"), (a, unlogged_a, UNLOGGED),
+                              (b, diverged_b, "diverged"), (b, other_b, "not done"), (b, unlogged_b, UNLOGGED))
+                             if n)
         if claim.kind in ("best", "order") and diverged_a and not diverged_b:
             verdicts.append("fails")
             parts.append(f"{label}: {not_done}")
@@ -412,14 +417,18 @@ def _pair_verdict(claim: Claim, low: float, high: float) -> str:
 
 def _check_slope(claim: Claim, groups: dict) -> tuple[str, str]:
     """A slope claim in one setting: the fitted slope's 95 % interval against the claimed interval."""
-    points, left = [], 0
+    points, not_done, unlogged = [], 0, 0
     for x, runs in groups.items():
-        values, diverged, other = _seeds(claim, runs)
-        if diverged or other or not values:
-            left += 1
+        values, diverged, other, below = _seeds(claim, runs)
+        if diverged or other or not (values or below):
+            not_done += 1
+        elif below:
+            unlogged += 1
         elif isinstance(x, (int, float)) and x > 0:
             points.append((x, float(np.mean(list(values.values())))))
-    left_text = f"; {left} point{'s' * (left != 1)} left out (a seed not done)" if left else ""
+    reasons = [f"{n} with a seed {word}" for n, word in ((not_done, "not done"), (unlogged, UNLOGGED)) if n]
+    left = not_done + unlogged
+    left_text = f"; {left} point{'s' * (left != 1)} left out: {', '.join(reasons)}" if left else ""
     if len({x for x, _ in points}) < 3:
         return "inconclusive", f"{len(points)} points with every seed done, a slope interval needs 3{left_text}"
     slope, _, low, high = fit_slope([x for x, _ in points], [y for _, y in points])

@@ -82,7 +82,7 @@ EXTRA_COLUMNS = ("consensus",)
 class Slope:
     """A fitted line ``log y = intercept + slope * log x`` with the 95 % interval of the slope.
 
-    ``left_out`` grid points of the setting were not fitted (``left_out_why``: a seed not done);
+    ``left_out`` grid points of the setting were not fitted (``left_out_why``: a seed not done, or no logarithm);
     ``caution`` qualifies the paper's value when the sweep does not use the paper's grid.
     """
 
