@@ -296,6 +296,14 @@ def test_lippax_takes_any_number_of_inner_steps_and_refuses_others():
         fedopt.algorithms.make("lippax", lr_inner=-1.0)
 
 
+def test_minibatch_extragradient_refuses_a_batch_of_none():
+    """Its batch_size is K, the samples a half step averages: None once passed and crashed in the round."""
+    for value, shown in ((None, "None"), (0, "0")):
+        with pytest.raises(ValueError, match=rf"batch_size must be an integer >= 1, got {shown}$"):
+            fedopt.algorithms.make("minibatch-extragradient", batch_size=value)
+    assert fedopt.algorithms.make("fednmap", batch_size=None).batch_size is None  # full local gradients
+
+
 def test_lippax_warns_when_its_step_expands_and_names_the_largest_stable_step():
     """H = 2 at eta = 1/L on a bilinear game: the noise-free step z_{t-1} -> z_t has spectral radius
     1.0933 > 1, which the iterates' growth shows; the largest stable step it names is stable."""

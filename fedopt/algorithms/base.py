@@ -133,6 +133,8 @@ class Algorithm:
     #: Why the method's fixed point misses the minimiser of psi even with full gradients ("" where it
     #: does not): the estimators' ConvergenceWarning quotes it. The docstring has the analysis.
     fixed_point_bias: ClassVar[str] = ""
+    #: What ``batch_size=None`` means for the method ("" where it has no meaning and is refused).
+    full_batch: ClassVar[str] = "for full local gradients"
 
     def __post_init__(self):
         for name in self.positive:
@@ -142,7 +144,7 @@ class Algorithm:
             object.__setattr__(self, "local_steps",
                                count("local_steps", self.local_steps, hint=_list_hint(self.local_steps)))
         if hasattr(self, "batch_size"):
-            object.__setattr__(self, "batch_size", count("batch_size", self.batch_size, none="for full local gradients",
+            object.__setattr__(self, "batch_size", count("batch_size", self.batch_size, none=self.full_batch,
                                                          hint=_list_hint(self.batch_size)))
 
     # ---- what a method defines
@@ -299,6 +301,10 @@ class CohortRounds:
     a method dataclass with the fields ``clients_per_round`` and ``sampling``: :meth:`next_round`
     runs the method's unchanged :meth:`~Algorithm.round` on a cohort of clients."""
 
+    #: per-client corrections ``c_i`` whose weighted sum ``sum_i w_i c_i`` the method keeps at 0
+    #: (FedNMap's, Zhang's and FedCanon's ``c_i = c_i + ybar - y_i``); see :meth:`next_round`.
+    zero_sum: ClassVar[tuple[str, ...]] = ()
+
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "clients_per_round", clients_count(self.clients_per_round, "clients_per_round"))
@@ -338,6 +344,13 @@ class CohortRounds:
         in S} w_i``, unbiased for equal client weights (the papers' ``w_i = 1/n``) and a ratio
         estimate (bias ``O(1/S)``) for unequal ones, where ``"weighted"`` is the unbiased choice.
         ``clients_per_round = n`` with ``"uniform"`` is full participation exactly (no draw).
+
+        The corrections of :attr:`zero_sum` (``c_i = c_i + ybar - y_i``) keep ``sum_i w_i c_i = 0``
+        when ``ybar`` is the cohort's own weighted mean, as in a ``"uniform"`` round. A
+        ``"weighted"`` round's ``ybar`` is not (its ``1/S`` weights differ from the ``w_i``, and a
+        client drawn twice keeps one update), so there the cohort's new corrections are shifted by
+        one common vector that restores the sum; without it the sum drifts and the method's fixed
+        point moves off the solution. The server still steps along the unbiased ``ybar``.
         """
         env = state.env
         population = env.problem
@@ -351,6 +364,11 @@ class CohortRounds:
         after = self.round(replace(state, env=replace(env, problem=view),
                                    vars={**state.vars, **{k: v[clients] for k, v in owned.items()}}))
         last = view.last_occurrences  # a client drawn twice keeps its last update
+        if self.sampling == "weighted":
+            kept_weight = float(population.weights[clients[last]].sum())
+            for name in self.zero_sum:
+                new = after.vars[name]
+                new -= view.population_sum(new - owned[name][clients]) / kept_weight
         for name, values in owned.items():  # in place: a round touches only its cohort's rows
             values[clients[last]] = after.vars[name][last]
         return replace(after, env=env, vars={**after.vars, **owned})

@@ -30,6 +30,7 @@ class FedCanon(LocalStepsMethod):
     """
 
     name = "fedcanon"
+    zero_sum = ("c",)
     fixed_point_bias = ("its local steps never see phi, so with phi != 0 its fixed point misses the solution by "
                         "O(lr_local * local_steps * L) (the paper's structural drift)")
     #: FedCanon II applies the server prox on every client (the server only relays Dbar).

@@ -31,6 +31,7 @@ class FedNMap(LocalStepsMethod):
     """
 
     name = "fednmap"
+    zero_sum = ("c",)
     positive = ("lr_local", "lr_server", "gamma")
 
     gamma: float = 4.0

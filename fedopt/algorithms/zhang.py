@@ -29,6 +29,7 @@ class Zhang(LocalStepsMethod):
     """
 
     name = "zhang"
+    zero_sum = ("c",)
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.effective_step, "lr_local * lr_server * local_steps (Zhang's prox step)")

@@ -22,6 +22,7 @@ class MinibatchExtragradient(VIMethod):
     """
 
     name = "minibatch-extragradient"
+    full_batch = ""  # batch_size is K, the samples a half step averages: None has no meaning
 
     batch_size: int = 10
 
