@@ -108,6 +108,12 @@ def test_order_ratio_difference_and_within():
     with pytest.raises(sweep.ConfigError, match="a ratio claim compares logarithms"):
         linear = 'kind = "ratio"\ninterval = [0.1, 1.0]\nscale = "linear"'
         sweep.parse_experiment(CLAIMED.replace('kind = "order"', linear))
+    with pytest.raises(sweep.ConfigError, match="a difference claim compares values"):
+        logged = 'kind = "difference"\ninterval = [-1.0, 0.0]\nscale = "log"'
+        sweep.parse_experiment(CLAIMED.replace('kind = "order"', logged))
+    # on the stationarity (a log-scale metric) a difference still compares values, not logarithms
+    unscaled = sweep.parse_experiment(CLAIMED.replace('kind = "order"', 'kind = "difference"\ninterval = [0, 1]'))
+    assert unscaled.claims[0].scale == "linear"
     diff = claim(kind="difference", values=["b", "a"], scale="linear", interval=(0.005, 0.02))
     assert C.check([diff], runs)[0].verdict == "holds"
     same = members({("a", 4): LOW, ("b", 4): [x * 1.01 for x in LOW]})

@@ -24,7 +24,8 @@ Kinds (``values`` and ``interval`` as the kind needs them):
 * ``slope``: the least-squares slope of ``log mean_seeds metric`` against ``log axis`` (the
   report's slope, over the grid points whose seeds are all done) lies in ``interval``.
 * ``ratio`` / ``difference``: ``values[0]`` over (minus) ``values[1]`` lies in ``interval``
-  (``inf`` and ``-inf`` allowed); a ratio is always compared on the log scale.
+  (``inf`` and ``-inf`` allowed); a ratio is always compared on the log scale, a difference on
+  the linear one.
 * ``within``: all ``values`` (default: all of the axis) lie within ``tolerance`` of each other:
   a relative tolerance (ratio within ``[1/(1+t), 1+t]``) on the log scale, absolute on the linear.
 
@@ -165,11 +166,14 @@ def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> C
     claim.goal = table.get("goal", "max" if claim.metric == "test_accuracy" else "min")
     if claim.goal not in ("min", "max"):
         raise fail(f"'min' (lower is better) or 'max' (higher is better), got {claim.goal!r}", "goal")
-    claim.scale = table.get("scale", "log" if claim.metric in LOG_METRICS or kind == "ratio" else "linear")
+    fixed = {"ratio": "log", "difference": "linear"}.get(kind)
+    claim.scale = table.get("scale", fixed or ("log" if claim.metric in LOG_METRICS else "linear"))
     if claim.scale not in ("log", "linear"):
         raise fail(f"'log' or 'linear', got {claim.scale!r}", "scale")
     if kind == "ratio" and claim.scale != "log":
         raise fail("a ratio claim compares logarithms: leave scale out (or use kind = \"difference\")", "scale")
+    if kind == "difference" and claim.scale != "linear":
+        raise fail("a difference claim compares values: leave scale out (or use kind = \"ratio\")", "scale")
     if kind in ("slope", "ratio", "difference"):
         interval = table.get("interval")
         if not (isinstance(interval, list) and len(interval) == 2 and all(_number(v) for v in interval)
