@@ -121,6 +121,19 @@ def test_order_ratio_difference_and_within():
     assert C.check([claim(kind="within", tolerance=0.05)], runs)[0].verdict == "fails"
 
 
+def test_wall_times_shared_by_a_batch_are_no_evidence():
+    """Seeds that ran as one batch share its time equally: the paired interval of their ratio is a point."""
+    runs = members({("a", 4): [2.0] * 4, ("b", 4): [1.0] * 4})
+    for run in runs:
+        run["history"]["seconds"] = [0.0, 1.0, run["history"]["stationarity"][-1]]
+    timed = claim(kind="ratio", metric="seconds", interval=(1.5, math.inf))
+    v = C.check([timed], runs)[0]
+    assert v.verdict == "inconclusive" and "the seeds of a and b have equal times" in v.lines[0]
+    for seed, run in enumerate(runs):  # times of their own: compared
+        run["history"]["seconds"][-1] *= 1 + 0.01 * seed
+    assert C.check([timed], runs)[0].verdict == "holds"
+
+
 def test_slope_claim_uses_the_points_whose_seeds_are_all_done():
     finals = {("a", n): [n ** -1.0 * (1 + 0.01 * s) for s in range(3)] for n in (2, 4, 8, 16)}
     runs = members(finals)

@@ -246,6 +246,39 @@ def test_batched_sweep_stores_what_single_runs_store(executor, tmp_path, single_
         _same(_histories(auto, "tiny"), _histories(off, "tiny"))
 
 
+#: A second grid whose methods a claim compares by wall time.
+TIMED = MIXED + """
+[[grid]]
+name = "timed"
+"algorithm.name" = ["fednmap", "zhang"]
+
+[[claim]]
+name = "zhang-slower"
+source = "a table"
+quote = "zhang takes longer"
+grid = "timed"
+kind = "ratio"
+axis = "algorithm.name"
+values = ["zhang", "fednmap"]
+metric = "seconds"
+interval = [1.0, inf]
+"""
+
+
+def test_runs_a_claim_compares_by_wall_time_run_alone(tmp_path, single_runs, monkeypatch):
+    """The runs of a batch share its time equally: batched seeds had equal times and a claim on them a
+    zero-width interval (a certain verdict from no evidence)."""
+    exp = tiny(TIMED)
+    tasks = _record_tasks(monkeypatch, runners._Serial)
+    with sweep.Store(tmp_path / "auto.db") as store:
+        summary = sweep.run_sweep(exp, store, executor="serial", batch="auto", progress=False)
+        # 6 timed runs alone (3 of them are also runs of the first grid) and that grid's 21 others batched
+        assert summary.statuses == {"done": 27}
+        assert sorted(tasks) == [1] * 6 + [9, 12] and single_runs["alone"] == 6
+        timed = [m for m in store.members("tiny") if m["grid"] == "timed"]
+        assert len({m["history"]["seconds"][-1] for m in timed}) == len(timed)
+
+
 #: The same on Dirichlet partitions with sample-count client weights: each run has weights of its own.
 WEIGHTED_PARTITIONS = PARTITIONS.replace('partition = "iid"', 'partition = "dirichlet"').replace(
     'name = "softmax"', 'name = "softmax"\nweights = "samples"')

@@ -5,7 +5,8 @@ Two runs are **compatible** when their configurations are equal except for the `
 not the method's ``shared`` ones), the numeric parameters of the regularizer (same name and
 block) and the data set's partition seed (other partitions of the same samples, each run with
 its own client weights when ``weights = "samples"`` and the client sizes differ), and when the
-method can run batched (``batch_refusal()`` is None): Scaffnew with ``random_steps`` runs alone.
+method can run batched (``batch_refusal()`` is None): Scaffnew with ``random_steps`` runs alone,
+and so does every run that a claim on wall time compares (:func:`timed_alone`).
 The compatible runs form a *group*, in the order of the sweep; each group is cut into batches by
 the ``batch`` option:
 
@@ -99,9 +100,10 @@ def batch_size(runs: int, batch, workers: int = 1) -> int:
     return int(batch)
 
 
-def batches(specs, batch="auto", workers: int = 1) -> list[list]:
+def batches(specs, batch="auto", workers: int = 1, alone=frozenset()) -> list[list]:
     """The runs ``specs`` as batches (lists of specs): compatible runs together, cut by ``batch``
-    (``"auto"``, ``"off"`` or an integer, see the module docstring) for ``workers`` workers.
+    (``"auto"``, ``"off"`` or an integer, see the module docstring) for ``workers`` workers; the
+    runs whose keys are in ``alone`` run alone whatever ``batch`` says (see :func:`timed_alone`).
 
     The batches come in the order of their first run in ``specs``, and each keeps the order of its runs.
     """
@@ -109,7 +111,7 @@ def batches(specs, batch="auto", workers: int = 1) -> list[list]:
     groups: list[list] = []
     by_signature: dict = {}
     for spec in specs:
-        key = None if batch == "off" else signature(spec.config)
+        key = None if batch == "off" or spec.key in alone else signature(spec.config)
         if key is None:
             groups.append([spec])
         elif key in by_signature:
@@ -130,6 +132,14 @@ def batches(specs, batch="auto", workers: int = 1) -> list[list]:
     return out
 
 
+def timed_alone(experiment, specs) -> set:
+    """The keys of the runs that a claim on their wall time (``metric = "seconds"``) compares: they
+    run alone, since the runs of a batch share its time equally (identical seeds, a zero-width
+    interval) and a batch's time per run is not a run's own time."""
+    timed = {claim.grid for claim in experiment.claims if claim.metric == "seconds"}
+    return {spec.key for spec in specs if spec.grid in timed}
+
+
 def largest_first(units: list[list]) -> list[list]:
     """The batches ``units`` ordered by their estimated work, the largest first (a stable sort): the
     greedy schedule that keeps workers evenly busy when grid points cost very different times."""
@@ -145,4 +155,4 @@ def _work(config: dict) -> float:
     return float(config.get("rounds") or 1) * clients * steps * rows
 
 
-__all__ = ["AUTO_LIMIT", "batch_option", "batch_size", "batches", "largest_first", "signature"]
+__all__ = ["AUTO_LIMIT", "batch_option", "batch_size", "batches", "largest_first", "signature", "timed_alone"]

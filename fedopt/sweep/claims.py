@@ -387,6 +387,12 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
             verdicts.append("fails")
             parts.append(f"{label}: {not_done}")
             continue
+        shared = [_fmt(v) for v, values in ((a, va), (b, vb)) if _shared_time(claim, values)]
+        if shared:
+            verdicts.append("inconclusive")
+            parts.append(f"{label}: the seeds of {' and '.join(shared)} have equal times: they ran as one batch and "
+                         "share its time (`fedopt sweep --no-resume` reruns them, each alone)")
+            continue
         ci = interval(va, vb, log)
         if ci is None:
             verdicts.append("inconclusive")
@@ -403,6 +409,13 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
     if hows:
         parts.append(f"{LEVEL:.0%} t intervals, {', '.join(dict.fromkeys(hows))}")
     return _combine(verdicts), "; ".join(parts)
+
+
+def _shared_time(claim: Claim, values: dict) -> bool:
+    """Whether ``values`` are wall times all equal across seeds: runs that ran as one batch, whose time
+    its runs share, so that their interval would be a point (a sweep runs them alone:
+    :func:`~fedopt.sweep.batching.timed_alone`)."""
+    return claim.metric == "seconds" and len(values) > 1 and len(set(values.values())) == 1
 
 
 def _pair_verdict(claim: Claim, low: float, high: float) -> str:

@@ -57,7 +57,7 @@ import traceback
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from fedopt.sweep.batching import batch_option, batches, largest_first
+from fedopt.sweep.batching import batch_option, batches, largest_first, timed_alone
 from fedopt.sweep.runners import make_runner
 
 EXECUTORS = ("local", "dask", "serial")
@@ -392,7 +392,8 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
         How runs are grouped into batches of :func:`fedopt.run_batch` (:mod:`fedopt.sweep.batching`):
         ``"auto"`` (default) cuts the groups of compatible runs into batches of at most
         ``ceil(runs / (2 workers))`` runs (all of them for one worker; at most 64), an integer ``N``
-        into at most ``N``; ``"off"`` runs each run alone. The largest batches start first.
+        into at most ``N``; ``"off"`` runs each run alone. The largest batches start first. The
+        runs a claim on wall time compares run alone in any case (:func:`~fedopt.sweep.batching.timed_alone`).
 
     Returns
     -------
@@ -440,7 +441,8 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
             if todo:
                 runner = make_runner(executor, workers, len(todo), scheduler, dask_processes, claims,
                                      execute_batch)
-                _drive(runner, largest_first(batches(todo, batch, runner.workers)), claims, finished, bar, summary)
+                units = batches(todo, batch, runner.workers, alone=timed_alone(experiment, specs))
+                _drive(runner, largest_first(units), claims, finished, bar, summary)
             clean = True
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM through _Signals
             summary.interrupted = True
