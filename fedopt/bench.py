@@ -224,6 +224,8 @@ class Suite:
                  stream=None):
         from fedopt._backend import get_backend
 
+        if any(n is not None and n < 1 for n in clients or ()):
+            raise ValueError(f"clients must be integers >= 1 (None: the shape's), got {list(clients)}")
         self.backend = get_backend(backend)
         self.quick = quick
         self.dtypes = tuple(np.dtype(t).name for t in dtypes)
@@ -237,7 +239,7 @@ class Suite:
     # ---- sizes
     def shape(self, name: str, clients: int | None):
         d, n, b, Q, per_client = SHAPES[name]
-        n = clients or n
+        n = n if clients is None else clients
         per_client = QUICK_ROWS_PER_CLIENT if self.quick else per_client
         per_client = max(b, min(per_client, MAX_ROWS // n))
         return d, n, b, Q, per_client
@@ -274,7 +276,7 @@ class Suite:
     def prox(self, dtype, clients):
         """Every prox family and the fused normal-map step at each size, as one row and as ``n`` rows."""
         for size in QUICK_PROX_SIZES if self.quick else PROX_SIZES:
-            for n in (1, clients or PROX_ROWS):
+            for n in (1, PROX_ROWS if clients is None else clients):
                 if size // n >= 2:
                     self.prox_shape(n, size // n, dtype)
 
@@ -315,7 +317,7 @@ class Suite:
         from fedopt.algorithms.decentralized.mixing import Mixer
         from fedopt.algorithms.decentralized.topology import make
 
-        n = clients or PROX_ROWS
+        n = PROX_ROWS if clients is None else clients
         ring = make("ring", n)
         mixer = Mixer(ring, self.backend, dtype)
         for size in QUICK_PROX_SIZES if self.quick else PROX_SIZES:

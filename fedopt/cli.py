@@ -522,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--backend", default="auto", choices=backends,
                        help="the backend of the shapes; with --sweep, of every run of the sweep and the batch")
     bench.add_argument("--dtype", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
-    bench.add_argument("--clients", type=int, nargs="+", metavar="N", help="numbers of clients (default 100)")
+    bench.add_argument("--clients", type=_positive, nargs="+", metavar="N", help="numbers of clients (default 100)")
     bench.add_argument("--family", nargs="+", choices=["prox", "gossip", "gradient", "round"],
                        help="only these families")
     bench.add_argument("--peers", action="store_true",
@@ -530,10 +530,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--list", action="store_true", help="list the pytest-benchmark files instead")
     bench.add_argument("--sweep", action="store_true", help="instead: runs per second of a whole sweep")
     bench.add_argument("--experiment", default="speedup_demo", help="the sweep of --sweep (e.g. fednmap_fig2)")
-    bench.add_argument("--workers", type=int, nargs="+", help="worker counts for --sweep (default 1 2)")
-    bench.add_argument("--rounds", type=int, help="shorten the --sweep experiment to this many rounds")
-    bench.add_argument("--seeds", type=int, help="keep the first SEEDS seeds of the --sweep experiment")
-    bench.add_argument("--batch-runs", type=int, default=64, metavar="R",
+    bench.add_argument("--workers", type=_positive, nargs="+", help="worker counts for --sweep (default 1 2)")
+    bench.add_argument("--rounds", type=_positive, help="shorten the --sweep experiment to this many rounds")
+    bench.add_argument("--seeds", type=_positive, help="keep the first SEEDS seeds of the --sweep experiment")
+    bench.add_argument("--batch-runs", type=_skippable, default=64, metavar="R",
                        help="with --sweep: also R FedNMap runs at the sweep shape one at a time, as one batch and "
                             "as the fused kernel alone (0: skip)")
     bench.add_argument("--breakdown", action="store_true",
@@ -541,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "metrics, store)")
     bench.add_argument("--startup", action="store_true",
                        help="instead: wall time of a small `fedopt run`, cold (empty kernel cache) and warm")
-    bench.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
+    bench.add_argument("--repeats", type=_positive, default=3, help=argparse.SUPPRESS)
     bench.set_defaults(handler=_bench)
 
     demo = commands.add_parser("demo", help="the FedNMap linear-speedup sweep on the bundled digits and its report")
@@ -567,14 +567,19 @@ def _check_writable(path: Path, flag: str) -> None:
         path.unlink()
 
 
-def _positive(text: str) -> int:
+def _positive(text: str, minimum: int = 1, meaning: str = "") -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}{meaning}, got {text!r}")
     return value
+
+
+def _skippable(text: str) -> int:
+    """A count where 0 means skip."""
+    return _positive(text, 0, " (0: skip)")
 
 
 def _batch(text: str):

@@ -30,9 +30,7 @@ FIELDS = {"family", "name", "shape", "dtype", "backend", "seconds", "work", "uni
 def test_quick_bench_writes_rows_with_positive_finite_ratios(tmp_path, capsys):
     # Prepare
     out = tmp_path / "bench.json"
-    # Execute
     assert main(["bench", "--quick", "--backend", "numba", "--dtype", "float64", "--peers", "--json", str(out)]) == 0
-    # Assert
     printed = capsys.readouterr().out
     document = json.loads(out.read_text())
     rows = document["rows"]
@@ -73,6 +71,37 @@ def test_bench_list_names_the_benchmark_files(capsys):
     assert main(["bench", "--list"]) == 0
     printed = capsys.readouterr().out
     assert "bench_prox_cpu.py" in printed and "bench_peers.py" in printed and "bench_sweep.py" in printed
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--clients", "0"], "argument --clients: must be an integer >= 1, got '0'"),  # not the default n = 100
+    (["--clients", "-5"], "argument --clients: must be an integer >= 1, got '-5'"),
+    (["--sweep", "--seeds", "0"], "argument --seeds: must be an integer >= 1, got '0'"),
+    (["--sweep", "--rounds", "-2"], "argument --rounds: must be an integer >= 1, got '-2'"),
+    (["--sweep", "--workers", "1", "0"], "argument --workers: must be an integer >= 1, got '0'"),
+    (["--sweep", "--batch-runs", "-3"], "argument --batch-runs: must be an integer >= 0 (0: skip), got '-3'"),
+    (["--startup", "--repeats", "0"], "argument --repeats: must be an integer >= 1, got '0'"),
+])
+def test_bench_rejects_bad_counts_naming_the_option_before_any_work(args, message, capsys, monkeypatch):
+    """Any measurement before the check fails the test."""
+    from fedopt.sweep import bench as sweep_bench
+
+    def measured(*_args, **_kwargs):
+        raise AssertionError("measured before the options were checked")
+
+    for module, name in ((bench, "main"), (bench, "startup_seconds"), (sweep_bench, "bench_sweep"),
+                         (sweep_bench, "bench_batch"), (sweep_bench, "sweep_breakdown")):
+        monkeypatch.setattr(module, name, measured)
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", *args])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_clients_replace_n_and_must_be_positive(capsys):
+    assert main(["bench", "--clients", "3", "--family", "gossip", "--quick", "--dtype", "float64"]) == 0
+    assert "n=3 p=" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"clients must be integers >= 1 \(None: the shape's\), got \[3, 0\]"):
+        bench.Suite("numba", clients=[3, 0])
 
 
 def test_import_seconds_lists_the_heavy_imports():
@@ -130,7 +159,6 @@ def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys, monkeypat
     breakdown = sweep_breakdown(str(toml), rounds=20, seeds=1)
     rows = bench_sweep([1], str(toml), rounds=20, seeds=1)
     on_numpy = bench_sweep([1], str(toml), rounds=2, seeds=1, batches=("auto",), backend="numpy")
-    # Assert
     assert breakdown["runs"] == 2 and breakdown["rounds"] == 20
     assert set(breakdown["phases"]) == {"compile", "data", "rounds", "metrics", "store"}
     assert all(value >= 0 for value in breakdown["phases"].values()) and breakdown["phases"]["rounds"] > 0
