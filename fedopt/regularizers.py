@@ -288,7 +288,7 @@ class L1(Regularizer):
     """``phi(x) = lam * sum_j w_j |x_j|`` (``w = 1`` unless ``weights`` is given).
 
     prox: soft-thresholding ``sign(z) * max(|z| - step * lam * w, 0)``. A zero weight leaves a
-    coordinate unpenalized (an intercept, say).
+    coordinate unpenalized (an intercept, say); weights are finite numbers ``>= 0``.
     """
 
     lam: float = 1.0
@@ -301,6 +301,10 @@ class L1(Regularizer):
             w = _vector_or_scalar("weights", self.weights)
             if np.any(np.asarray(w) < 0):
                 raise ValueError("weights must be >= 0")
+            if np.isinf(w).any():  # inf * 0 would make the prox and the value NaN
+                where = f" (coordinate {int(np.argmax(np.isinf(w)))})" if np.ndim(w) else ""
+                raise ValueError(f"weights must be finite, got inf{where}; to keep a coordinate at 0 give it a "
+                                 "large finite weight (the prox zeroes it while |z_j| <= step * lam * w_j)")
             object.__setattr__(self, "weights", w)
 
     def _check_dimension(self, p):

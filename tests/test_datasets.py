@@ -65,6 +65,32 @@ def test_sorted_is_the_papers_equal_blocks_when_labels_allow():
     np.testing.assert_array_equal(ds.X[:, 0], np.arange(600.0))  # stable sort keeps the order
 
 
+def test_sorted_keeps_equal_blocks_whose_cut_sits_on_a_label_boundary():
+    # Blocks of 15 hold labels [0], [0, 1], [1], [1, 2], [3, 4]: the cut at 60 separates labels 2
+    # and 3 at once, so nothing needs to move (a cut used to move to 50, giving 20 and 10).
+    y = np.repeat(np.arange(5), [22, 28, 10, 4, 11])
+    ds = partition(np.arange(75.0)[:, None], y, 5, "sorted")
+    np.testing.assert_array_equal(ds.client_sizes, np.full(5, 15))
+
+
+def test_sorted_returns_equal_blocks_whenever_they_hold_two_labels_at_most():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n_clients = int(rng.integers(3, 12))
+        n = n_clients * int(rng.integers(2, 8)) + int(rng.integers(0, n_clients))
+        equal = np.round(np.arange(n_clients + 1) * (n / n_clients)).astype(int)
+        # labels end on some equal cuts (one cut there separates two labels) and at random places
+        ends = np.union1d(rng.choice(equal[1:-1], int(rng.integers(1, n_clients)), replace=False),
+                          rng.integers(1, n, int(rng.integers(1, n_clients))))
+        ends = np.sort(rng.choice(ends, min(len(ends), n_clients - 1), replace=False))
+        y = np.repeat(np.arange(len(ends) + 1), np.diff(np.r_[0, ends, n]))
+        ds = partition(np.zeros((n, 1)), y, n_clients, "sorted")
+        assert (ds.client_sizes >= 1).all()
+        assert (ds.label_histogram() > 0).sum(axis=1).max() <= 2
+        if max(len(np.unique(block)) for block in np.split(y, equal[1:-1])) <= 2:
+            np.testing.assert_array_equal(ds.offsets, equal)
+
+
 def test_sorted_on_digits_matches_the_issue_promise():
     ds = load_digits(n_clients=10, partition="sorted")
     assert (ds.label_histogram() > 0).sum(axis=1).max() <= 2

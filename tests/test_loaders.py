@@ -1,6 +1,7 @@
 """Loaders and generators: IDX and svmlight files written here come back intact; generators keep their promises."""
 
 import gzip
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ from sklearn.datasets import dump_svmlight_file
 from threadpoolctl import threadpool_limits
 
 from fedopt.datasets import (
+    load_a9a,
     load_mnist,
     load_svmlight,
     loaders,
@@ -211,6 +213,49 @@ def test_svmlight_keeps_real_values_and_regression_targets(tmp_path):
     assert (np.diff(ds.y) >= 0).all()  # sorted by target value
     pooled = np.column_stack([np.pad(X.toarray(), ((0, 0), (0, 2))), y])
     np.testing.assert_allclose(sorted_rows(np.column_stack([ds.X, ds.y])), sorted_rows(pooled), rtol=1e-15)
+
+
+SVMLIGHT_GOOD = "+1 1:1 5:1\n-1 2:1\n"
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ("+1 1:1 5:1\n-1 2:1 200:1\n", "n_features was set to 123, but input file contains 200 features"),
+        ("+1 0:1 5:1\n-1 2:1\n", "Invalid index 0"),
+        ("+1 1:1 5:1\n-1 2:1 3:x\n", "could not convert string to float: b'x'"),
+        ("\x89PNG\r\n\x1a\n binary junk \x00\x01\x02", "could not convert string to float"),
+    ],
+    ids=["feature_beyond_123", "index_0", "bad_value", "binary"],
+)
+@pytest.mark.parametrize("bad", ["a9a", "a9a.t"])
+def test_a9a_names_the_file_that_does_not_parse(tmp_path, bad, content, reason):
+    """scikit-learn reads both files at once and its errors name neither."""
+    for name in ("a9a", "a9a.t"):
+        tmp_path.joinpath(name).write_text(content if name == bad else SVMLIGHT_GOOD)
+    message = rf"^{re.escape(str(tmp_path / bad))} is not a valid LIBSVM/svmlight file \({re.escape(reason)}"
+    with pytest.raises(ValueError, match=message) as error:
+        load_a9a(tmp_path, n_clients=1)
+    assert isinstance(error.value.__cause__, ValueError)  # scikit-learn's own error
+
+
+def test_svmlight_files_that_only_fail_together_are_both_named(tmp_path):
+    # An index 0 in the training file makes both files 0-based, and the test file's index 3 then
+    # needs a fourth feature; each file alone fits n_features=3.
+    train, test = tmp_path / "train.svm", tmp_path / "test.svm"
+    train.write_text("+1 0:1\n-1 1:1\n")
+    test.write_text("+1 3:1\n-1 1:1\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(f'{train} and {test}')} are not valid .* together \("
+                                         r"n_features was set to 3"):
+        load_svmlight(train, n_clients=1, test_path=test, n_features=3)
+
+
+def test_a9a_with_one_label_is_not_a9a(tmp_path):
+    # The test file's -1 is no class of the training file: the partition would refuse it first.
+    tmp_path.joinpath("a9a").write_text("+1 1:1 5:1\n+1 2:1\n")
+    tmp_path.joinpath("a9a.t").write_text(SVMLIGHT_GOOD)
+    with pytest.raises(ValueError, match=r"a9a holds 1 distinct labels, a9a has two \(-1/\+1\); the file is not a9a"):
+        load_a9a(tmp_path, n_clients=1)
 
 
 # ----------------------------------------------------------------------------------- generators

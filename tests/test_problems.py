@@ -309,6 +309,10 @@ def test_labels_that_do_not_fit_the_problem():
         Softmax(dataset("regression"))
     with pytest.raises(ValueError, match=r"needs class labels.*loss='squared'"):
         MLP(dataset("regression"))
+    one_class = partition(np.random.default_rng(0).normal(size=(30, 3)), np.full(30, 7), 2)  # one class, 7
+    for make, model in ((Softmax, "Softmax"), (lambda ds: MLP(ds, hidden=2), r"MLP\(loss='cross_entropy'\)")):
+        with pytest.raises(ValueError, match=rf"^{model} needs at least two classes, .* only one class, 7;"):
+            make(one_class)
     X = np.random.default_rng(0).normal(size=(20, 2))
     with pytest.raises(ValueError, match="LeastSquares needs numeric targets"):
         LeastSquares(partition(X, np.array(["a", "b"] * 10), 2))

@@ -50,13 +50,24 @@ def test_bad_strength_is_refused(build, argument, bad):
         ([1.0, NAN], r"weights contains NaN"),
         (np.ones((2, 2)), r"weights must be a scalar or a 1-D array"),
         (-1.0, r"weights must be >= 0"),
+        ([1.0, INF], r"weights must be finite, got inf \(coordinate 1\); .* large finite weight"),
+        (INF, r"weights must be finite, got inf; .* large finite weight"),
     ],
-    ids=["negative", "nan", "2d", "negative_scalar"],
+    ids=["negative", "nan", "2d", "negative_scalar", "inf", "inf_scalar"],
 )
 def test_bad_l1_weights(weights, message):
-    """L1 weights must be >= 0, not NaN, and a scalar or a vector."""
+    """L1 weights must be >= 0, finite, and a scalar or a vector."""
     with pytest.raises(ValueError, match=message):
         R.L1(1.0, weights=weights)
+
+
+def test_infinite_l1_weights_are_refused_on_every_route():
+    """An infinite weight made the Numba prox and the value NaN (inf * 0); the masked form and
+    ``make`` go through the same check."""
+    with pytest.raises(ValueError, match=r"weights must be finite"):
+        R.Masked(R.L1(1.0, weights=[1.0, INF]), np.array([True, True, False]))
+    with pytest.raises(ValueError, match=r"weights must be finite"):
+        R.make("l1", lam=0.0, weights=[INF, 1.0])
 
 
 def test_l1_weights_of_wrong_length():

@@ -344,11 +344,22 @@ def load_svmlight(path, n_clients: int = 10, partition: str = "iid", *, test_pat
         Passed to :func:`fedopt.datasets.partition`. Labels become classes when they take a few
         discrete values (e.g. -1/+1); pass ``task="regression"`` for real-valued targets that happen
         to look discrete.
-    """
-    from sklearn.datasets import load_svmlight_files
 
+    Raises
+    ------
+    ValueError
+        When a file is not LIBSVM/svmlight, or uses more than ``n_features`` features; the message
+        names the file.
+    """
+    X, y, test = _read_svmlight(path, test_path, n_features, dense, zero_based)
+    partition_options.setdefault("name", f"{Path(path).name}/{partition}/{n_clients}")
+    return split_among_clients(X, y, n_clients, partition, seed=seed, test=test, **partition_options)
+
+
+def _read_svmlight(path, test_path, n_features, dense: bool, zero_based):
+    """``(X, y, test)`` of :func:`load_svmlight`, ``test`` being ``(X_test, y_test)`` or None."""
     files = [path] if test_path is None else [path, test_path]
-    loaded = load_svmlight_files([str(f) for f in files], n_features=n_features, zero_based=zero_based)
+    loaded = _load_svmlight_files(files, n_features=n_features, zero_based=zero_based)
     X, y = loaded[0], loaded[1]
     if dense:
         X = X.toarray()
@@ -356,8 +367,27 @@ def load_svmlight(path, n_clients: int = 10, partition: str = "iid", *, test_pat
     if test_path is not None:
         X_test, y_test = loaded[2], loaded[3]
         test = (X_test.toarray() if dense else X_test, y_test)
-    partition_options.setdefault("name", f"{Path(path).name}/{partition}/{n_clients}")
-    return split_among_clients(X, y, n_clients, partition, seed=seed, test=test, **partition_options)
+    return X, y, test
+
+
+def _load_svmlight_files(files, **options) -> list:
+    """scikit-learn's ``load_svmlight_files`` of ``files``, read together so that they share the
+    features; when they do not parse, the error names the file at fault, which scikit-learn's does not."""
+    from sklearn.datasets import load_svmlight_files
+
+    try:
+        return load_svmlight_files([str(f) for f in files], **options)
+    except (ValueError, EOFError, OSError) as err:  # OSError: a corrupt .bz2, say
+        if isinstance(err, OSError) and err.errno is not None:  # a missing or unreadable file, named already
+            raise
+        for file in files:  # the file that fails alone; none does when only the files together fail
+            try:
+                load_svmlight_files([str(file)], **options)
+            except (ValueError, EOFError, OSError) as alone:
+                raise ValueError(f"{file} is not a valid LIBSVM/svmlight file ({alone}); check or download "
+                                 "it again") from alone
+        names = " and ".join(map(str, files))
+        raise ValueError(f"{names} are not valid LIBSVM/svmlight files together ({err})") from err
 
 
 # ------------------------------------------------------------------------------------------ a9a
@@ -402,16 +432,17 @@ def load_a9a(path=None, n_clients: int = 10, partition: str = "iid", *, seed=0, 
     FileNotFoundError
         When a file is missing; the message says where to get it and where to put it.
     ValueError
-        When the files hold other than 123 features or labels other than two classes.
+        When a file does not parse, or the files hold other than 123 features or labels other than
+        two classes.
     """
     files = _a9a_files(path, cache_dir, download)
-    partition_options.setdefault("name", f"a9a/{partition}/{n_clients}")
-    ds = load_svmlight(files["train"], n_clients, partition, test_path=files["test"], n_features=A9A_FEATURES,
-                       dense=dense, zero_based=False, seed=seed, **partition_options)
-    if ds.n_classes != 2:
-        raise ValueError(f"{files['train']} holds {ds.n_classes} distinct labels, a9a has two (-1/+1); "
+    X, y, test = _read_svmlight(files["train"], files["test"], A9A_FEATURES, dense, zero_based=False)
+    n_labels = len(np.unique(y))
+    if n_labels != 2:  # before the partition, whose error on the test labels would not say why
+        raise ValueError(f"{files['train']} holds {n_labels} distinct labels, a9a has two (-1/+1); "
                          "the file is not a9a")
-    return ds
+    partition_options.setdefault("name", f"a9a/{partition}/{n_clients}")
+    return split_among_clients(X, y, n_clients, partition, seed=seed, test=test, **partition_options)
 
 
 def _a9a_files(path=None, cache_dir=None, download: bool = False) -> dict:

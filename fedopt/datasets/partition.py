@@ -222,9 +222,11 @@ def _label_aware_cuts(sorted_codes: np.ndarray, n_clients: int) -> np.ndarray:
     """Cuts as close as possible to equal blocks such that each block spans at most two labels.
 
     A block spans at most two labels exactly when every label except the first and the last
-    contains a cut (its closed range ``[start, end]``). Walking left to right, a cut never
-    jumps past a label without a cut, and it is pulled into the next such label once the cuts
-    left are just enough for the labels left. Needs ``n_clients >= n_labels``.
+    contains a cut (its closed range ``[start, end]``); a cut on the boundary of two labels is
+    in both. Walking left to right, a cut never jumps past a label without a cut, and it moves
+    forward only as far as needed for the cuts left, two labels each at most, to cover the
+    labels left. So equal cuts that already satisfy the rule are kept. Needs
+    ``n_clients >= n_labels``.
     """
     n = len(sorted_codes)
     ends = np.flatnonzero(np.diff(sorted_codes)) + 1  # start of every label but the first
@@ -236,10 +238,12 @@ def _label_aware_cuts(sorted_codes: np.ndarray, n_clients: int) -> np.ndarray:
         cuts_left = n_clients - 1 - j
         lo, hi = prev + 1, n - cuts_left  # strictly increasing, room for the cuts after this one
         if uncovered < len(labels):
-            start, end = labels[uncovered]
-            hi = min(hi, end)
-            if len(labels) - uncovered >= cuts_left:
-                lo = max(lo, start)
+            hi = min(hi, labels[uncovered][1])
+            # The cuts after this one cover at most the last 2 * (cuts_left - 1) labels (two each,
+            # on their shared boundary), so this cut must reach the label just before those.
+            needed = len(labels) - 2 * (cuts_left - 1) - 1
+            if needed >= uncovered:
+                lo = max(lo, labels[needed][0])
         prev = cuts[j] = min(max(ideal[j], lo), hi)
         while uncovered < len(labels) and labels[uncovered][0] <= prev:
             uncovered += 1

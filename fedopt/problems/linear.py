@@ -272,7 +272,11 @@ def numeric_targets(dataset, y, model: str, hint: str = ""):
 
 
 def class_targets(dataset, y, model: str, hint: str = ""):
-    """Class codes as float64 targets; a dataset of regression targets raises an error naming ``model``."""
+    """Class codes as float64 targets; a dataset of regression targets (``hint``, the fix, ends that
+    error) or of a single class raises an error naming ``model``."""
+    if dataset.n_classes == 1:
+        raise ValueError(f"{model} needs at least two classes, but this dataset has only one class, "
+                         f"{dataset.classes.tolist()[0]!r}; use data that holds samples of two or more classes")
     if dataset.n_classes < 2:
         raise ValueError(f"{model} needs class labels (at least two classes); this dataset holds regression "
                          f"targets{hint}")
