@@ -119,8 +119,8 @@ def _run(args) -> int:
         exp = _fit_steps_to(exp)
     specs = exp.expand()
     if len({s.key for s in specs}) != 1:
-        raise ValueError(f"{args.config} expands to {len({s.key for s in specs})} runs; `fedopt run` runs one: "
-                         "use `fedopt sweep`, or fix the grid's axes with --set KEY=VALUE")
+        raise ValueError(f"{args.config or 'the run'} expands to {len({s.key for s in specs})} runs; `fedopt run` "
+                         "runs one: use `fedopt sweep`, or fix the grid's axes with --set KEY=VALUE")
     validate(specs)
     spec = specs[0]
     cfg = spec.config
@@ -137,14 +137,16 @@ def _run(args) -> int:
         print(f"fedopt run: the run failed: {record['error'].strip().splitlines()[-1]}", file=sys.stderr)
         return 1
     history = record["history"]
-    last = {k: v[-1] for k, v in history.items()}
     hyper = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                       for k, v in cfg["algorithm"].items() if k != "name")
     print(f"    hyperparameters: {hyper}")
     print(f"    status {record['status']} on backend {record['backend']}, {record['run_seconds']:.2f}s")
-    print(f"    round {last['round']}: ||F_nat||^2 = {last['stationarity']:.4e}, objective = {last['objective']:.6g}, "
-          f"test accuracy = {last['test_accuracy']:.4f}, nonzeros = {last['nnz']}, prox evals = {last['prox_evals']}")
-    _note_pruned(last["nnz"], cfg["regularizer"])
+    if history["round"]:  # empty when the run diverged at its first evaluation
+        last = {k: v[-1] for k, v in history.items()}
+        print(f"    round {last['round']}: ||F_nat||^2 = {last['stationarity']:.4e}, objective = "
+              f"{last['objective']:.6g}, test accuracy = {last['test_accuracy']:.4f}, nonzeros = {last['nnz']}, "
+              f"prox evals = {last['prox_evals']}")
+        _note_pruned(last["nnz"], cfg["regularizer"])
     rose = objective_rose(history) if record["status"] == "done" else None  # (a diverged run says more below)
     if rose:
         print(f"    the objective rose from {rose[0]:.6g} to {rose[1]:.6g}: the steps may be too large")

@@ -294,6 +294,9 @@ class DivergenceError(FloatingPointError):
         self.result = result
         self.rule = rule
 
+    def __reduce__(self):  # an exception pickles only its args: a run that diverged in a worker process comes back
+        return type(self), (str(self), self.result, self.rule)
+
 
 def round_context(backend):
     """The context that the backend's rounds run in: on Numba's threads, BLAS on one thread
@@ -519,7 +522,10 @@ def _resumed(state: State, name: str, problem, regularizer, rng) -> State:
                          f"{[v.shape[0] for v in state.vars.values() if getattr(v, 'ndim', 0) == 2]} on "
                          f"{array_module(state.x).__name__}; the problem has {problem.n_params} parameters and "
                          f"{problem.n_clients} clients on {problem.backend.name}")
-    return replace(state, env=Env(problem, regularizer, rng))
+    # a copy: the rounds update client arrays in place (a cohort's rows), and the state resumed from stays as it was
+    arrays = {k: v.copy() for k, v in state.vars.items() if getattr(v, "ndim", 0)}  # not the topology, say
+    return replace(state, env=Env(problem, regularizer, rng), x=state.x.copy(),
+                   z=None if state.z is None else state.z.copy(), vars={**state.vars, **arrays})
 
 
 def run_generator(seed) -> np.random.Generator:

@@ -129,6 +129,21 @@ def test_feddr_and_fedadmm_keep_the_server_sum_over_all_clients(name, sampling):
     assert result.history["objective"][-1] < result.history["objective"][0]
 
 
+@pytest.mark.parametrize("sampling", ["uniform", "weighted"])
+def test_resuming_leaves_the_state_resumed_from_as_it_was(sampling):
+    """A cohort round updates its rows of the client arrays in place: on the run's own copy, so that
+    two continuations of one checkpoint are the same run."""
+    prob = problem()
+    hyper = options("fednmap", clients_per_round=3, sampling=sampling)
+    first = fedopt.run("fednmap", prob, regularizer("fednmap"), rounds=4, seed=0, **hyper)
+    kept = first.state.vars["c"].copy()
+    a, b = (fedopt.run("fednmap", prob, regularizer("fednmap"), rounds=4, seed=1, resume=first.state, **hyper)
+            for _ in range(2))
+    np.testing.assert_array_equal(first.state.vars["c"], kept)
+    np.testing.assert_array_equal(a.x, b.x)
+    assert not np.array_equal(a.state.vars["c"], kept)
+
+
 def test_only_the_cohorts_rows_are_read():
     """NaN in every client outside the cohort leaves the round finite: their rows are never read."""
     prob = problem(n_clients=12)

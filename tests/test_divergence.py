@@ -1,6 +1,7 @@
 """The divergence rule of ``fedopt.run``: it stops a blowing-up run early, keeps its history, leaves healthy
 runs alone, can be tuned or switched off, and the NaN/inf check stays."""
 
+import pickle
 import re
 
 import numpy as np
@@ -43,6 +44,15 @@ def test_a_huge_step_stops_at_its_first_evaluation_with_the_history_kept(digits)
     assert "divergence=None" in message and "[run] divergence = false" in message
 
 
+def test_a_divergence_pickles_with_its_result(digits):
+    """So that a run that diverged in a worker process (multiprocessing, joblib) comes back as itself."""
+    with pytest.raises(DivergenceError) as info:
+        default_run(digits, 1e6)
+    back = pickle.loads(pickle.dumps(info.value))
+    assert (str(back), back.rule) == (str(info.value), "objective")
+    np.testing.assert_array_equal(back.result.history["objective"], info.value.result.history["objective"])
+
+
 def test_the_rule_can_be_loosened_tightened_and_switched_off(digits):
     with pytest.raises(DivergenceError) as info:  # 2e104 at round 10 passes, 4.5e209 at round 20 does not
         default_run(digits, 1e6, divergence={"objective_factor": 1e200})
@@ -77,6 +87,22 @@ def test_a_run_that_ends_above_its_start_is_done_and_named(digits, tmp_path, cap
     rose = re.search(r"the objective rose from 2\.30259 to (\d+\.\d+): the steps may be too large",
                      capsys.readouterr().out)
     assert rose and float(rose.group(1)) > 2.30259  # where it ends is chaotic: the CPU the kernels compile for moves it
+
+
+def test_the_command_reports_a_run_that_diverged_at_its_first_evaluation(tmp_path, capsys):
+    """Targets of 1e200 overflow the loss at round 0: the history is empty, which the summary once indexed."""
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(0)
+    dump_svmlight_file(rng.normal(size=(40, 3)), 1e200 * (1 + rng.random(40)), str(tmp_path / "huge.svm"))
+    config = tmp_path / "huge.toml"
+    config.write_text(f'[run]\nrounds = 3\n[run.dataset]\nname = "svmlight"\npath = "{tmp_path / "huge.svm"}"\n'
+                      'n_clients = 2\n[run.problem]\nname = "least_squares"\n[run.regularizer]\nname = "zero"\n'
+                      '[run.algorithm]\nname = "fedavg"\n')
+    assert main(["run", str(config), "--out", str(tmp_path / "h.csv")]) == 1
+    out, err = capsys.readouterr()
+    assert "status diverged" in out and "objective is inf" in err and "at round 0" in err
+    assert (tmp_path / "h.csv").read_text().startswith("round,")
 
 
 def test_a_run_that_oscillates_without_converging_stops_as_stalled_with_its_whole_history(digits):
