@@ -135,6 +135,20 @@ def test_runs_with_their_own_client_weights_batch(backend, method, reg, extra):
         assert_same_run(fedopt.run(method, problem, reg, seed=seed, **common), result)
 
 
+@pytest.mark.parametrize("method", ["fedcanon", "fedcanon2", "fedavg", "scaffold"])
+def test_runs_off_the_fused_kernel_batch_with_one_step_size(method):
+    """Sample weights take the unfused local loop (an oracle per step, then the update in one pass):
+    with one lr for all runs that pass once got the batch's (R, n, p) arrays and failed to compile."""
+    X, y = make_classification(240, 11, n_informative=6, random_state=0)
+    weights = np.random.default_rng(0).random(len(y)) + 0.5
+    problem = Logistic(partition(X, y, n_clients=5, seed=0, sample_weight=weights), weights="samples")
+    reg = Zero() if method == "scaffold" else L1(0.01)
+    common = {"rounds": 4, "eval_every": 2, "batch_size": 4, "local_steps": 2, "lr_local": 0.1}
+    results = fedopt.run_batch(method, problem, reg, seeds=[0, 1], **common)
+    for seed, result in zip([0, 1], results, strict=True):
+        assert_same_run(fedopt.run(method, problem, reg, seed=seed, **common), result)
+
+
 def test_problems_that_cannot_share_a_batch(data):
     X, y = make_classification(240, 11, n_informative=6, random_state=0)
     other_n = Logistic(partition(X, y, n_clients=4, seed=0))

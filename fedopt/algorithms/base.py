@@ -221,11 +221,16 @@ class Algorithm:
         if fused_update:
             kind, thetas, w = separable
             no_reference = xp.zeros(problem.n_params, dtype=Z.dtype)
+            if D is not None and shift.shape != Z.shape:  # a batch's per-run shift (R, 1, p): one row per row of Z
+                shift = xp.ascontiguousarray(xp.broadcast_to(shift, Z.shape))
+            p = Z.shape[-1]  # the kernel takes rows: a batch's (R, n, p) arrays as (R n, p) views
+            Z_rows, G_rows, P_rows = Z.reshape(-1, p), G.reshape(-1, p), P.reshape(-1, p)
+            shift_rows = shift if D is None else shift.reshape(-1, p)
         for step in range(self.local_steps):
             problem.client_grad(P, None if rows is None else rows[step], out=G)
             if fused_update:  # z -= lr * (g + D) and x = prox(z): the normal-map step without its reference term
-                problem.backend.kernels.normal_map_step(Z, G, shift, no_reference, no_reference, lr, 0.0, kind,
-                                                        thetas[step], w, Z, P)
+                problem.backend.kernels.normal_map_step(Z_rows, G_rows, shift_rows, no_reference, no_reference, lr,
+                                                        0.0, kind, thetas[step], w, Z_rows, P_rows)
                 continue
             if D is not None:
                 G += D
