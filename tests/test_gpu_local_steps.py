@@ -243,6 +243,8 @@ class TestLocalStepsKernel:
             local_steps.local_steps_linear(*args, start.copy(), start.copy(), block=48)
         with pytest.raises(ValueError, match="tile"):
             local_steps.local_steps_linear(*args, start.copy(), start.copy(), tile=0)
+        with pytest.raises(ValueError, match="tile=64 must be at most the block's 32 threads"):  # rows left unset
+            local_steps.local_steps_linear(*args, start.copy(), start.copy(), block=32, tile=64)
 
 
 @pytest.mark.gpu
@@ -258,8 +260,8 @@ def test_fednmap_on_the_gpu_takes_the_fused_path_and_matches_numba(monkeypatch):
     y = (X @ rng.normal(size=12) + 0.5 * rng.normal(size=300) > 0).astype(int)
     calls = []
 
-    def spy(*args):
-        result = local_steps.local_steps_linear(*args)
+    def spy(*args, **kwargs):
+        result = local_steps.local_steps_linear(*args, **kwargs)
         calls.append(result is not None)
         return result
 

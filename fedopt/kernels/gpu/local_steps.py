@@ -332,6 +332,8 @@ def local_steps_linear(X, y, offsets, rows, kind, n_out, scale, fit_intercept, D
         raise ValueError(f"tile={tile} must be >= 1")
     n, p = Z.shape
     threads = _threads(p, block)
+    if tile > threads:  # a tile's residuals take one thread per row
+        raise ValueError(f"tile={tile} must be at most the block's {threads} threads")
     per_thread = -(-p // threads)
     if _shared_bytes(threads, tile, per_thread, np.dtype(Z.dtype).itemsize) > MAX_SHARED_BYTES:
         return None
