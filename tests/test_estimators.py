@@ -271,6 +271,58 @@ def test_methods_without_a_prox_fit_alpha_zero_and_refuse_a_penalty(method):
         make(method).check(None, R.L1(1.0))
 
 
+# ---- partial_fit ---------------------------------------------------------------------------------
+
+
+def two_batches(X):
+    """The rows below and above the median of feature 0: batches whose features have different means."""
+    order = np.argsort(X[:, 0])
+    return order[: len(order) // 2], order[len(order) // 2 :]
+
+
+@pytest.mark.parametrize("algorithm", ["fednmap", "fedcanon", "fedda"])
+def test_partial_fit_on_a_batch_with_another_mean_starts_from_the_model(algorithm):
+    # the state holds the intercept of X - mu for the first batch's mu, and FedNMap's pre-prox point z
+    # is made with gamma = local_steps / L of that batch: steps of 1e-12 must leave the model in place
+    X, y, _ = classification()
+    first, second = two_batches(X)
+    est = FederatedLogisticRegression(0.01, algorithm=algorithm, n_clients=3, eval_every=50, random_state=0)
+    for _ in range(2):
+        est.partial_fit(X[first], y[first], classes=[0, 1])
+    coef, intercept, scores = est.coef_.copy(), est.intercept_.copy(), est.decision_function(X)
+    est.set_params(lr_local=1e-12, lr_server=1e-12).partial_fit(X[second], y[second])
+    np.testing.assert_allclose(est.coef_, coef, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(est.intercept_, intercept, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(est.decision_function(X), scores, rtol=0, atol=1e-9)
+    assert est.n_iter_ == 50 and est.history_["round"][-1] == 150  # the rounds are numbered on
+
+
+def test_fedda_restarted_on_another_batch_keeps_its_elapsed_prox_weight():
+    # FedDA reports prox_{a_t phi}(dual) with a_t growing with the round t: a dual at the model would zero it
+    X, y, _ = classification()
+    first, second = two_batches(X)
+    est = FederatedLogisticRegression(0.01, algorithm="fedda", n_clients=3, eval_every=50, random_state=0)
+    for _ in range(2):
+        est.partial_fit(X[first], y[first], classes=[0, 1])
+    size = np.abs(est.coef_).sum()
+    est.set_params(eval_every=1).partial_fit(X[second], y[second])
+    assert np.abs(est.coef_).sum() > 0.5 * size  # one round of its own steps, not a collapse to 0
+
+
+def test_partial_fit_on_a_batch_of_another_smoothness_keeps_the_lasso_coefficients():
+    # no intercept among the Lasso's parameters, but the default gamma = local_steps / L follows the batch
+    X, y, _ = regression()
+    first, second = two_batches(X)
+    est = FederatedLasso(0.1, n_clients=3, eval_every=50, random_state=0)
+    for _ in range(2):
+        est.partial_fit(X[first], y[first])
+    coef = est.coef_.copy()
+    est.set_params(lr_local=1e-12, lr_server=1e-12).partial_fit(X[second], y[second])
+    np.testing.assert_allclose(est.coef_, coef, rtol=0, atol=1e-9)
+    # its intercept is the batch's best one for these coefficients, mean(y) - mean(X) w
+    assert est.intercept_ == pytest.approx(y[second].mean() - X[second].mean(axis=0) @ coef, abs=1e-9)
+
+
 # ---- clients, composition, persistence ----------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight
 
 from fedopt import regularizers as R
-from fedopt.algorithms import ALGORITHMS, Start, canonical
+from fedopt.algorithms import ALGORITHMS, FedDA, Start, canonical, make
 from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.algorithms.decentralized import DecentralizedMethod
 from fedopt.algorithms.vi import VIMethod
@@ -139,7 +139,8 @@ class _FederatedEstimator(BaseEstimator):
         """Whether this fit starts from the fitted model: ``partial_fit`` or ``warm_start`` after a fit."""
         return (partial or self.warm_start) and hasattr(self, "n_iter_")
 
-    def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None, previous=None, partial=False, floor=0.0):
+    def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None, previous=None, partial=False, floor=0.0,
+             center=None):
         """Run the method to ``tol`` or ``max_rounds``; set ``n_iter_`` (``n_rounds_``) and ``history_``; return x.
 
         ``gap`` (None, or ``(gap(x) -> float, scale)``) selects the stopping rule: the duality gap
@@ -148,7 +149,10 @@ class _FederatedEstimator(BaseEstimator):
         larger. ``previous`` (a flat parameter vector) starts the run at
         ``prox_{gamma phi}(x - gamma grad f(x))``, the natural-map step from the fitted model (the
         model itself once it is stationary). ``partial`` runs ``eval_every`` rounds without a
-        stopping rule (``partial_fit``), continuing the last run's state where its shapes fit.
+        stopping rule (``partial_fit``): it continues the last run's state where
+        :meth:`_resumable` allows, else restarts the method at ``previous`` (:meth:`_restart`).
+        ``center`` is the features' mean ``mu`` where the parameters hold an intercept of the
+        centered features ``X - mu`` (None: no such intercept).
         """
         # no client draws more samples per step than the largest client holds (tiny data sets)
         batch = None if self.batch_size is None else min(self.batch_size, int(problem.dataset.client_sizes.max()))
@@ -157,7 +161,10 @@ class _FederatedEstimator(BaseEstimator):
                  "sampling": self.sampling}
         accepted = _accepted(self.algorithm)
         steps = {name: value for name, value in steps.items() if name in accepted}
-        resume = self._resumable(problem) if partial else None
+        key = (steps, regularizer, center)  # what the state's arrays were made with
+        resume = self._resumable(problem, key) if partial else None
+        if resume is None and partial and previous is not None:
+            resume = self._restart(problem, regularizer, steps, gamma, previous, seed)
         if resume is not None:
             x0 = None  # the run continues the state
         elif previous is None:
@@ -178,6 +185,7 @@ class _FederatedEstimator(BaseEstimator):
                      seed=seed if resume is None else seed + resume.round, x0=x0, eval_every=self.eval_every,
                      metric_gamma=gamma, tol=tol, stop=stop, progress=False, resume=resume, **steps)
         self._state = dataclasses.replace(result.state, env=None)  # what partial_fit continues (no data kept)
+        self._state_key = key
         self.n_iter_ = self.n_rounds_ = int(result.state.round - (0 if resume is None else resume.round))
         self.history_ = result.history
         if gap is not None:
@@ -198,12 +206,37 @@ class _FederatedEstimator(BaseEstimator):
                           f"{reached}. {'. '.join(advice)}.", ConvergenceWarning, stacklevel=2)
         return result.x
 
-    def _resumable(self, problem):
-        """The last run's state when the same method can continue it on ``problem`` (same shapes), else None."""
+    def _resumable(self, problem, key):
+        """The last run's state when the same method can continue it on ``problem``, else None.
+
+        It needs the same shapes and the same ``key``: the steps, the penalty and the center. The
+        state's points hold the intercept of ``X - mu`` for the last batch's ``mu``, and its
+        pre-prox points and corrections are made with its steps (FedNMap's ``z`` with ``gamma``,
+        whose default ``local_steps / L`` follows the batch): read with another center or step,
+        they place the model elsewhere before any round runs.
+        """
         state = getattr(self, "_state", None)
-        if state is None or state.method != canonical(self.algorithm):
+        if state is None or state.method != canonical(self.algorithm) or not _same_key(key, self._state_key):
             return None
         return state if state_fits(state, problem) else None
+
+    def _restart(self, problem, regularizer, steps, gamma, previous, seed):
+        """The method's initial state at the fitted model ``previous`` (the problem's flat vector),
+        numbered on from the last run, for a ``partial_fit`` that cannot continue the last state.
+
+        It starts at the pre-prox point ``previous + gamma s``, ``s`` a subgradient of the penalty
+        there, so its round-0 model is ``previous`` itself: the rounds move the model, the restart
+        does not. The method's other arrays (corrections, duals) start afresh.
+        """
+        method = make(self.algorithm, **steps)
+        pre_prox = previous + gamma * _subgradient(regularizer, previous)
+        start = Start.prox_of(regularizer, problem.backend.asarray(pre_prox, dtype=problem.dtype), gamma)
+        state = method.init(problem, regularizer, np.random.default_rng(seed), start)
+        last = self._state
+        if isinstance(method, FedDA):  # its model is prox_{a_t phi}(dual), with a_t growing with the round t
+            dual = start.x + method.prox_weight(last.round) * start.subgradient
+            state = dataclasses.replace(state, vars={"dual": dual})
+        return dataclasses.replace(state, env=None, method=method.name, round=last.round, costs=last.costs)
 
     def _backend(self, X):
         return "numba" if self.backend == "auto" and sp.issparse(X) else self.backend
@@ -220,7 +253,14 @@ class _Regressor(RegressorMixin):
         return self._fit(X, y, clients, sample_weight, partial=False)
 
     def partial_fit(self, X, y, clients=None, sample_weight=None):
-        """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule)."""
+        """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule).
+
+        The rounds continue the last run's state (its corrections and pre-prox point) when that
+        state holds for this batch: the same steps, penalty and, for a fitted intercept, feature
+        means. A batch with another mean, or another smoothness where it sets the default
+        ``gamma``, restarts the method's state from the current model instead, so that the
+        model moves by the rounds only.
+        """
         return self._fit(X, y, clients, sample_weight, partial=True)
 
 
@@ -236,6 +276,11 @@ class _Classifier(ClassifierMixin):
         """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule).
 
         The first call needs ``classes``, every label that the batches may hold.
+        The rounds continue the last run's state (its corrections and pre-prox point) when that
+        state holds for this batch: the same steps, penalty and, for a fitted intercept, feature
+        means. A batch with another mean, or another smoothness where it sets the default
+        ``gamma``, restarts the method's state from the current model instead, so that the
+        model moves by the rounds only.
         """
         return self._fit(X, y, classes, clients, sample_weight, partial=True)
 
@@ -253,6 +298,42 @@ class _GapStop:
     def __call__(self, state, row):
         self.last = self.gap(self.backend.to_numpy(state.x))
         return self.last <= self.limit
+
+
+def _same_key(key, last):
+    """Whether two ``(steps, regularizer, center)`` keys of :meth:`_FederatedEstimator._run` agree."""
+    (steps, regularizer, center), (last_steps, last_regularizer, last_center) = key, last
+    if center is None or last_center is None:
+        same_center = center is None and last_center is None
+    else:
+        same_center = np.array_equal(center, last_center)
+    return steps == last_steps and regularizer == last_regularizer and same_center
+
+
+def _subgradient(regularizer, x):
+    """A subgradient ``s`` of an estimator's penalty at the float64 vector ``x`` (0 where ``x_j = 0``).
+
+    ``prox_{gamma phi}(x + gamma s) = x`` for every ``gamma`` with ``gamma rho < 1``: the pre-prox
+    point that reports ``x``. The penalties are those the estimators build: Zero, L1, ElasticNet,
+    MCP and SCAD, Masked or not.
+    """
+    if isinstance(regularizer, R.Masked):
+        s = np.zeros_like(x)
+        s[regularizer.mask] = _subgradient(regularizer.base, x[regularizer.mask])
+        return s
+    sign, t = np.sign(x), np.abs(x)
+    if isinstance(regularizer, R.L1):
+        return regularizer.lam * (1.0 if regularizer.weights is None else regularizer.weights) * sign
+    if isinstance(regularizer, R.ElasticNet):
+        return regularizer.l1 * sign + regularizer.l2 * x
+    if isinstance(regularizer, R.MCP):
+        return sign * np.maximum(regularizer.lam - t / regularizer.gamma, 0.0)
+    if isinstance(regularizer, R.SCAD):
+        lam, a = regularizer.lam, regularizer.a
+        return sign * np.where(t <= lam, lam, np.maximum(a * lam - t, 0.0) / (a - 1))
+    if isinstance(regularizer, R.Zero):
+        return np.zeros_like(x)
+    raise TypeError(f"no subgradient for {type(regularizer).__name__}")
 
 
 def _conditioning(problem, regularizer) -> list[str]:
@@ -383,7 +464,8 @@ class _FederatedLinear(_FederatedEstimator):
         previous = self._previous_vector(n_out, d, offset, problem.fit_intercept) if self._previous(partial) else None
         self.dual_gap_ = float("nan")  # set by _run where the objective has a duality gap
         x = self._run(problem, regularizer, gamma, lr_local, seed, self._gap(problem, n_out), previous, partial,
-                      floor=_rounding_floor(data, y_offset, L, problem, model is LeastSquares))
+                      floor=_rounding_floor(data, y_offset, L, problem, model is LeastSquares),
+                      center=offset if problem.fit_intercept else None)
         coef = x[: n_out * d].reshape(n_out, d).copy()
         intercept = x[n_out * d :] if problem.fit_intercept else np.full(n_out, y_offset, dtype=x.dtype)
         intercept = intercept - coef @ offset if self.fit_intercept else np.zeros(n_out, dtype=x.dtype)
