@@ -158,6 +158,11 @@ class Algorithm:
     def round(self, state: State) -> State:
         raise NotImplementedError
 
+    def restart(self, problem, regularizer, rng: np.random.Generator, start: Start, round: int) -> State:
+        """A fresh state (corrections and duals at their start) numbered as round ``round`` that reports
+        ``start.x``: :meth:`init`, for the methods whose state does not depend on the round."""
+        return replace(self.init(problem, regularizer, rng, start), round=round)
+
     def next_round(self, state: State) -> State:
         """One round as :func:`fedopt.run` takes it: :meth:`round` (methods with cohorts refine it)."""
         return self.round(state)

@@ -53,8 +53,12 @@ class FedDA(LocalStepsMethod):
                              f"{1 / rho:g} after about {rounds:.0f} rounds; use fednmap or fedcanon instead")
 
     def init(self, problem, regularizer, rng, x0=None):
-        w = self.start(problem, x0)
-        return State(Env(problem, regularizer, rng), w.copy(), vars={"dual": w})
+        return self.restart(problem, regularizer, rng, x0, 0)
+
+    def restart(self, problem, regularizer, rng, start, round):
+        """The dual whose prox with round ``round``'s weight ``a_t`` is the start's model (itself at t = 0)."""
+        dual = self.start_pre_prox(problem, start, self.prox_weight(round))
+        return State(Env(problem, regularizer, rng), self.start(problem, start), round=round, vars={"dual": dual})
 
     def round(self, state: State) -> State:
         env, w, t = state.env, state.vars["dual"], state.round

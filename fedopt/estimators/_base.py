@@ -14,7 +14,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight
 
 from fedopt import regularizers as R
-from fedopt.algorithms import ALGORITHMS, FedDA, Start, canonical, make
+from fedopt.algorithms import ALGORITHMS, Start, canonical, make
 from fedopt.algorithms import hyperparameters as _accepted
 from fedopt.algorithms.decentralized import DecentralizedMethod
 from fedopt.algorithms.vi import VIMethod
@@ -231,12 +231,8 @@ class _FederatedEstimator(BaseEstimator):
         method = make(self.algorithm, **steps)
         pre_prox = previous + gamma * _subgradient(regularizer, previous)
         start = Start.prox_of(regularizer, problem.backend.asarray(pre_prox, dtype=problem.dtype), gamma)
-        state = method.init(problem, regularizer, np.random.default_rng(seed), start)
-        last = self._state
-        if isinstance(method, FedDA):  # its model is prox_{a_t phi}(dual), with a_t growing with the round t
-            dual = start.x + method.prox_weight(last.round) * start.subgradient
-            state = dataclasses.replace(state, vars={"dual": dual})
-        return dataclasses.replace(state, env=None, method=method.name, round=last.round, costs=last.costs)
+        state = method.restart(problem, regularizer, np.random.default_rng(seed), start, self._state.round)
+        return dataclasses.replace(state, env=None, method=method.name, costs=self._state.costs)
 
     def _backend(self, X):
         return "numba" if self.backend == "auto" and sp.issparse(X) else self.backend
@@ -303,10 +299,7 @@ class _GapStop:
 def _same_key(key, last):
     """Whether two ``(steps, regularizer, center)`` keys of :meth:`_FederatedEstimator._run` agree."""
     (steps, regularizer, center), (last_steps, last_regularizer, last_center) = key, last
-    if center is None or last_center is None:
-        same_center = center is None and last_center is None
-    else:
-        same_center = np.array_equal(center, last_center)
+    same_center = (center is None) == (last_center is None) and (center is None or np.array_equal(center, last_center))
     return steps == last_steps and regularizer == last_regularizer and same_center
 
 
