@@ -125,12 +125,14 @@ def test_a_start_is_the_prox_of_its_pre_prox_point_for_every_prox_parameter(reg)
 
 
 def test_every_method_reports_the_same_model_at_round_0():
-    """Normal-map methods with their own prox parameters (FedNMap's gamma, Zhang's eta_hat) report
-    ``prox_{metric_gamma phi}(w_0)`` at round 0, as FedCanon and FedMiD do."""
+    """Methods with their own prox parameters (FedNMap's gamma, Zhang's eta_hat, FedDR's and
+    FedADMM's eta) report ``prox_{metric_gamma phi}(w_0)`` at round 0, as FedCanon and FedMiD do."""
     problem, reg = classification(), R.ElasticNet(0.2, 0.1)
     w0 = np.random.default_rng(0).normal(size=problem.n_params)
     rows = {}
-    for method, extra in [("fednmap", {"gamma": 3.0}), ("zhang", {}), ("fedcanon", {}), ("fedmid", {})]:
+    methods = [("fednmap", {"gamma": 3.0}), ("zhang", {}), ("fedcanon", {}), ("fedcanon2", {}), ("fedmid", {}),
+               ("fedavg", {}), ("fedda", {}), ("feddr", {"gamma": 1.0}), ("fedadmm", {"gamma": 1.0})]
+    for method, extra in methods:
         result = fedopt.run(method, problem, reg, rounds=1, x0=w0, local_steps=4, lr_local=0.1, metric_gamma=2.0,
                             **extra)
         rows[method] = {name: result.history[name][0] for name in ("stationarity", "objective", "nnz")}

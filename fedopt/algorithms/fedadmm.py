@@ -25,8 +25,9 @@ class FedADMM(CohortRounds, Algorithm):
     participation; each client keeps its last ``xhat_i``).
 
     State: the server model ``z`` (post-prox; the state's ``x``), its pre-prox point ``xtilde``
-    (the state's ``z``), the duals ``lam_i`` (0 at the start; ``z^0 = prox_{eta phi}(x^0)``) and
-    the clients' last messages ``xhat_i`` (``x^0`` at the start).
+    (the state's ``z``), the duals ``lam_i`` (0 at the start; ``z^0 = prox_{eta phi}(x^0)`` with
+    ``x^0`` the start's pre-prox point for eta, so that ``z^0`` is the model every method reports
+    at round 0) and the clients' last messages ``xhat_i`` (``x^0`` at the start).
     Round k, client i, receiving ``z^k``:
 
     * ``x_i^{k+1} ~ argmin_x f_i(x) + <lam_i^k, x - z^k> + ||x - z^k||^2 / (2 eta)`` by K
@@ -59,7 +60,7 @@ class FedADMM(CohortRounds, Algorithm):
         regularizer.check_step(self.gamma, "gamma")
 
     def init(self, problem, regularizer, rng, x0=None):
-        x = self.start(problem, x0)
+        x = self.start_pre_prox(problem, x0, self.gamma)
         lam = problem.client_zeros()
         return State(Env(problem, regularizer, rng), regularizer.prox(x, self.gamma), x,
                      vars={"lam": lam, "xhat": problem.per_client(x)})

@@ -24,7 +24,9 @@ class FedDR(CohortRounds, Algorithm):
     State: the server model ``xbar`` and pre-prox point ``xtilde`` (``x`` and ``z`` of the
     state), and on each client ``y_i`` and its local solution ``x_i``. Start:
     ``y_i^0 = x_i^0 = xtilde^0 = x^0`` and ``xbar^0 = prox_{eta phi}(x^0)`` (the zero-step initial
-    local solve, which the paper's accuracy ``eps_{i,0}`` allows; the first round makes it).
+    local solve, which the paper's accuracy ``eps_{i,0}`` allows; the first round makes it), with
+    ``x^0`` the start's pre-prox point for eta, so that ``xbar^0`` is the model every method
+    reports at round 0.
     Round k, client i, receiving ``xbar^k``:
 
     * ``y_i^{k+1} = y_i^k + alpha (xbar^k - x_i^k)``;
@@ -70,7 +72,7 @@ class FedDR(CohortRounds, Algorithm):
         regularizer.check_step(self.gamma, "gamma")
 
     def init(self, problem, regularizer, rng, x0=None):
-        x = self.start(problem, x0)
+        x = self.start_pre_prox(problem, x0, self.gamma)
         Y = problem.per_client(x)
         return State(Env(problem, regularizer, rng), regularizer.prox(x, self.gamma), x.copy(),
                      vars={"y": Y, "x_clients": Y.copy()})
