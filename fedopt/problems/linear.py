@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator, svds
 
 from fedopt import kernels as K
 from fedopt.problems.base import Problem, kernel_sample_weights
@@ -160,9 +159,11 @@ class LinearModel(Problem):
         return result
 
 
-def _centered(X, shift, intercept: bool, weights=None) -> LinearOperator:
-    """``diag(sqrt(weights)) [X - 1 shift^T, 1]`` as an operator: sparse ``X`` stays sparse (no ones
-    column without ``intercept``, no row scaling without ``weights``)."""
+def _centered(X, shift, intercept: bool, weights=None):
+    """``diag(sqrt(weights)) [X - 1 shift^T, 1]`` as a scipy ``LinearOperator``: sparse ``X`` stays
+    sparse (no ones column without ``intercept``, no row scaling without ``weights``)."""
+    from scipy.sparse.linalg import LinearOperator  # imported here, as svds below: 0.1 s of ``import fedopt``
+
     m, d = X.shape
     root = np.ones(m) if weights is None else np.sqrt(weights)
 
@@ -187,6 +188,8 @@ def _top_singular_value(A) -> float:
         return float(np.linalg.norm(dense, 2))
     if _is_zero(A):  # a client whose rows are all zero (or all the mean): ARPACK finds no start vector
         return 0.0
+    from scipy.sparse.linalg import svds
+
     return float(svds(A, k=1, return_singular_vectors=False, random_state=0)[0])
 
 
