@@ -315,3 +315,13 @@ def test_tol_stops_at_the_first_evaluation_below_it():
     assert stopped.history["round"][-1] == full.history["round"][first] < 500
     np.testing.assert_array_equal(stopped.history["stationarity"], full.history["stationarity"][: first + 1])
     assert not fedopt.run("fednmap", problem, L1(0.05), tol=1e-30, rounds=3, lr_local=0.05).converged
+
+
+def test_flags_are_refused_unless_true_or_false():
+    """A flag passed as a string counted by its truth value: "False" ran the averaged extrapolation."""
+    for method, flag in (("local-extra-sgd", "average_extrapolation"), ("depositum", "rescaled_prox"),
+                         ("scaffnew", "random_steps")):
+        for value in ("False", 0, None):
+            with pytest.raises(ValueError, match=rf"^{flag} must be True or False, got {value!r}$"):
+                fedopt.algorithms.make(method, **{flag: value})
+        assert getattr(fedopt.algorithms.make(method, **{flag: np.False_}), flag) is False

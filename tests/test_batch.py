@@ -289,6 +289,21 @@ def test_decentralized_batch_equals_single_runs(method, extra, n_clients):
             np.testing.assert_array_equal(result.history[column], single.history[column])
 
 
+def test_decentralized_runs_on_one_mixing_matrix_or_topology_batch():
+    """A topology given as a mixing matrix, or as equal Topology objects, is one value of the batch."""
+    X, y = make_classification(120, 6, random_state=0)
+    problem = Logistic(partition(X, y, n_clients=6, scheme="iid", seed=0), backend="numba")
+    ring = fedopt.algorithms.decentralized.topology.make("ring", 6)
+    common = {"rounds": 3, "batch_size": 4}
+    for topology in (ring.mixing, [ring, fedopt.algorithms.decentralized.topology.make("ring", 6)]):
+        results = fedopt.run_batch("depositum", problem, L1(0.01), seeds=[0, 1], topology=topology, **common)
+        for seed, result in zip([0, 1], results, strict=True):
+            assert_same_run(fedopt.run("depositum", problem, L1(0.01), seed=seed, topology=ring.mixing, **common),
+                            result)
+    with pytest.raises(ValueError, match="only with one value of topology, got 'ring', 'star'"):
+        fedopt.run_batch("depositum", problem, L1(0.01), seeds=[0, 1], topology=["ring", "star"], **common)
+
+
 @pytest.mark.parametrize(("method", "extra", "match"), [
     ("scaffnew", {"random_steps": True}, "scaffnew cannot run batched: with random_steps=True"),
 ])

@@ -136,3 +136,11 @@ def test_slippax_runs_share_their_smoothing_radius():
     problem = smooth("numpy")
     with pytest.raises(ValueError, match="only with one value of smoothing_radius"):
         fedopt.run_batch("slippax", problem, seeds=[0, 1], rounds=2, smoothing_radius=[0.0, 0.1])
+
+
+def test_a_default_inner_step_and_a_number_do_not_stack():
+    """``lr_inner=None`` (LIPPAX's own default step) among numbers once became a NaN step in the batch."""
+    problem = bilinear("numpy")
+    for values in ([0.1, None], [None, 0.1]):
+        with pytest.raises(ValueError, match=r"only with one value of lr_inner, got (0\.1, None|None, 0\.1);"):
+            fedopt.run_batch("lippax", problem, seeds=[0, 1], rounds=2, lr_inner=values)

@@ -41,6 +41,7 @@ def test_named_graphs_have_their_degrees_and_valid_mixing(name, n, degrees):
 
 def test_small_graphs_and_the_torus_grid():
     assert T.make("ring", 1).lam == 0 and T.make("ring", 2).n_edges == 1
+    assert T.make("exponential", 1).lam == 0 and T.make("exponential", 2).n_edges == 1  # one node has no hops
     torus = T.make("torus", 12)  # 3 x 4 grid with wrap-around
     assert torus.adjacency[0, 1] and torus.adjacency[0, 3] and torus.adjacency[0, 4] and torus.adjacency[0, 8]
     with pytest.raises(ValueError, match="n=7 has no such factorization"):

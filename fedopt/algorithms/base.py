@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import reprlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -104,6 +105,14 @@ def _per_client(value, n_clients: int) -> bool:
     return getattr(value, "ndim", 0) == 2 and value.shape[0] == n_clients
 
 
+def _same_value(a, b) -> bool:
+    """Whether two runs' values of a hyperparameter are one: mixing matrices and topologies by their entries."""
+    a, b = (getattr(value, "mixing", value) for value in (a, b))  # a Topology's matrix
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
+    return a == b
+
+
 def _list_hint(value) -> str:
     """What to say of a list where one run takes one value."""
     if isinstance(value, list | tuple | np.ndarray):
@@ -137,6 +146,12 @@ class Algorithm:
     full_batch: ClassVar[str] = "for full local gradients"
 
     def __post_init__(self):
+        for f in fields(self):  # a flag given as "False" or 0 would count by its truth value
+            if f.type in ("bool", bool):
+                value = getattr(self, f.name)
+                if not isinstance(value, bool | np.bool_):
+                    raise ValueError(f"{f.name} must be True or False, got {value!r}")
+                object.__setattr__(self, f.name, bool(value))
         for name in self.positive:
             value = getattr(self, name)
             object.__setattr__(self, name, real(name, value, strict=True, hint=_list_hint(value)))
@@ -278,13 +293,14 @@ class Algorithm:
         stacked = object.__new__(cls)  # no __post_init__: every method was checked on its own
         for f in fields(cls):
             values = [getattr(method, f.name) for method in methods]
-            if all(value == values[0] for value in values):
+            if all(_same_value(value, values[0]) for value in values):
                 value = values[0]
-            elif isinstance(values[0], float) and f.name not in cls.shared:
+            elif all(isinstance(value, float) for value in values) and f.name not in cls.shared:
                 value = xp.asarray(values, dtype=dtype).reshape(-1, 1, 1)
-            else:
+            else:  # None among floats (lr_inner's default) is no step size to stack
+                distinct = ", ".join(dict.fromkeys(map(reprlib.repr, values)))
                 raise ValueError(f"{cls.name} runs form a batch only with one value of {f.name}, got "
-                                 f"{sorted(set(values))}; run them in separate batches")
+                                 f"{distinct}; run them in separate batches")
             object.__setattr__(stacked, f.name, value)
         return stacked
 

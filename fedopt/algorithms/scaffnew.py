@@ -56,8 +56,6 @@ class Scaffnew(Algorithm):
         if not (0 < p <= 1):
             raise ValueError(f"comm_prob must be a probability in (0, 1], got {self.comm_prob!r}")
         object.__setattr__(self, "comm_prob", p)
-        if not isinstance(self.random_steps, bool):
-            raise ValueError(f"random_steps must be True or False, got {self.random_steps!r}")
         if not self.random_steps and abs(1 / p - round(1 / p)) > 1e-9 * (1 / p):
             raise ValueError(f"comm_prob={p:g} gives 1/comm_prob={1 / p:g} local steps; with random_steps=False "
                              "1/comm_prob must be an integer (e.g. comm_prob=0.1 for 10 local steps)")

@@ -72,8 +72,6 @@ class Depositum(DecentralizedMethod):
             raise ValueError(f"momentum_type={self.momentum_type!r} is unknown; choose 'polyak' (OPTION I) "
                              "or 'nesterov' (OPTION II)")
         object.__setattr__(self, "comm_period", count("comm_period (T0)", self.comm_period))
-        if not isinstance(self.rescaled_prox, bool):
-            raise ValueError(f"rescaled_prox must be True or False, got {self.rescaled_prox!r}")
 
     @property
     def prox_step(self) -> float:

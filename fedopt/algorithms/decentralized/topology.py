@@ -173,9 +173,9 @@ def torus(n: int) -> np.ndarray:
 
 
 def exponential(n: int) -> np.ndarray:
-    hops = [2**k for k in range(max(1, (n - 1).bit_length())) if 2**k < n]
+    hops = [2**k for k in range(max(1, (n - 1).bit_length())) if 2**k < n]  # none for one node
     i = np.arange(n)
-    return _adjacency(n, np.concatenate([i] * len(hops)), np.concatenate([(i + h) % n for h in hops]))
+    return _adjacency(n, np.tile(i, len(hops)), np.concatenate([(i + h) % n for h in hops] or [i[:0]]))
 
 
 def erdos_renyi(n: int, edge_prob: float, seed=0) -> np.ndarray:
