@@ -287,7 +287,7 @@ def _report(args) -> int:
     result = report(args.store, out=args.out, experiment=args.experiment, sweep=args.sweep, plots=not args.no_plots)
     for path in (args.csv, args.parquet):
         if path:
-            export(args.store, path, sweep=args.sweep)
+            export(args.store, path, sweep=result["sweeps"])  # the runs of the reported sweeps, not the whole store
             print(f"one row per run and evaluated round: {path}")
     return _claims_code(result["claims"]) if args.check else 0
 
@@ -498,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--sweep", help="this sweep (an id or prefix from `fedopt store ls`; default: the latest of "
                      "each experiment)")
     rep.add_argument("--no-plots", action="store_true", help="tables and slopes only")
-    rep.add_argument("--csv", metavar="FILE", help="also write one row per run and evaluated round to this CSV file")
+    rep.add_argument("--csv", metavar="FILE", help="also write one row per run and evaluated round of the reported "
+                     "sweeps to this CSV file")
     rep.add_argument("--parquet", metavar="FILE", help="the same rows as Parquet (needs pyarrow)")
     rep.add_argument("--check", action="store_true",
                      help=f"exit {CLAIM_FAILED} when a claim of the paper fails that the experiment does not document")

@@ -261,3 +261,60 @@ def test_report_refuses_parquet_without_pyarrow_before_the_report(store_path, tm
     monkeypatch.setattr(rep, "report", lambda *a, **k: pytest.fail("the report ran"))
     assert main(["report", str(store_path), "--parquet", str(tmp_path / "rows.parquet")]) == 2
     assert "--parquet: writing" in capsys.readouterr().err and not (tmp_path / "rows.parquet").exists()
+
+
+def test_the_reports_export_holds_the_runs_of_the_reported_sweeps_and_names_them(store_path, tmp_path):
+    from fedopt.cli import main
+
+    other = sweep.parse_experiment(TOML.replace('name = "tiny"', 'name = "other"').replace("l1 = 1e-3", "l1 = 2e-3"),
+                                   source="other.toml", name="other")
+    with sweep.Store(store_path) as store:
+        other_id = fill(store, other)
+        overridden, latest = store.sweeps("tiny")
+        keys = {m["key"] for m in store.members(latest["id"]) if m["status"]}  # n = 128 is not stored
+
+    def exported(*flags):
+        path = tmp_path / "rows.csv"
+        assert main(["report", str(store_path), "--no-plots", "--out", str(tmp_path / "out"), "--csv", str(path),
+                     *flags]) == 0
+        with open(path, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+
+    # the latest sweep of tiny only: not the other experiment, not the older sweep's runs (rounds = 3)
+    rows = exported("--experiment", "tiny")
+    assert {r["sweep"] for r in rows} == {latest["id"]} and {r["key"] for r in rows} == keys
+    assert {r["experiment"] for r in rows} == {"tiny"} and max(int(r["round"] or 0) for r in rows) == 2
+    assert {r["sweep"] for r in exported("--sweep", overridden["id"][:8])} == {overridden["id"]}
+    assert {r["sweep"] for r in exported()} == {latest["id"], other_id}  # the latest of each experiment
+
+
+def test_axes_that_share_a_short_name_are_named_in_full(tmp_path):
+    text = TOML.replace('name = "elasticnet"\nl1 = 1e-3\nl2 = 2e-2', 'name = "mcp"\nlam = 1e-3\ngamma = 3.0')
+    text = text[:text.index("[[grid]]")] + """
+[[grid]]
+name = "gammas"
+"algorithm.gamma" = [2.0, 1.0]
+"regularizer.gamma" = [3.0, 5.0]
+"dataset.n_clients" = [4, 8]
+"""
+    exp = sweep.parse_experiment(text, source="tiny.toml", name="tiny")
+    with sweep.Store(tmp_path / "s.db") as store:
+        fill(store, exp)
+    result = rep.report(tmp_path / "s.db", out=tmp_path / "out", plots=False, stream=io.StringIO())
+    header = result["text"].split("-- gammas\n")[1].split()[:4]
+    assert header == ["algorithm.gamma", "regularizer.gamma", "n_clients", "seeds"]  # n_clients is unique
+    with open(tmp_path / "out" / "tiny" / "summary.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {"algorithm.gamma", "regularizer.gamma", "n_clients"} <= set(rows[0]) and "gamma" not in rows[0]
+    assert len({(r["algorithm.gamma"], r["regularizer.gamma"], r["n_clients"]) for r in rows}) == 8
+
+
+def test_the_curves_of_a_grid_are_on_a_log_axis_only_for_a_log_scaled_metric(tmp_path, drawn):
+    exp = sweep.parse_experiment(TOML.replace('name = "again"', 'name = "again"\nmetric = "test_accuracy"'),
+                                 source="tiny.toml", name="tiny")
+    with sweep.Store(tmp_path / "s.db") as store:
+        fill(store, exp)
+    rep.report(tmp_path / "s.db", out=tmp_path / "out", stream=io.StringIO())
+    scales = {ax.get_ylabel(): ax.get_yscale() for fig in drawn for ax in fig.axes}
+    # an accuracy of 0 (or a negative objective) has no place on a log axis
+    assert scales == {r"$\|F_{nat}(x_t)\|^2$": "log", r"final $\|F_{nat}(x_t)\|^2$": "log", "test_accuracy": "linear"}

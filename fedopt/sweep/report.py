@@ -38,13 +38,15 @@ as data.
 
 Figures (PNG, matplotlib, the ``plot`` extra; without it the tables and slopes are still
 printed): per grid, ``GRID_curves.png`` with one panel per setting of the axes other than the
-``lines`` axis and the mean stationarity over seeds against rounds (log scale, min-max band over
-seeds), one ``GRID_Y_vs_X.png`` for each of the grid's ``curves`` (test accuracy against training
-time or prox evaluations, the FedCanon paper's measures), and ``GRID_slope.png`` with final
+``lines`` axis and the mean over seeds of the grid's metric against rounds (min-max band over
+seeds; log scale for the :data:`LOG_METRICS`, not for a test accuracy), one ``GRID_Y_vs_X.png``
+for each of the grid's ``curves`` (test accuracy against training time or prox evaluations, the
+FedCanon paper's measures), and ``GRID_slope.png`` with final
 stationarity against the slope axis on log-log axes, the seeds, their mean and the fitted line.
 
 :func:`export` writes the runs as data, one row per run per evaluated round (CSV, or Parquet
-with pyarrow), for plotting with other tools.
+with pyarrow), for plotting with other tools; ``fedopt report --csv`` writes the runs of the sweeps
+it reported, each row naming its sweep.
 """
 
 from __future__ import annotations
@@ -103,12 +105,13 @@ class Slope:
     caution: str | None = None
 
     def __str__(self) -> str:
-        setting = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in self.setting.items())
+        axes = [*self.setting, self.axis]
+        setting = ", ".join(f"{_short(k, axes)}={_fmt(v)}" for k, v in self.setting.items())
         ci = f"95% CI [{self.low:.3f}, {self.high:.3f}]" if math.isfinite(self.low) else "no CI with < 3 points"
         left = f", {_left_out(self.left_out, self.left_out_why)}" if self.left_out else ""
         predicted = f"; predicted {self.predicted:g}" if self.predicted is not None else ""
         return (f"{self.experiment}/{self.grid}{' (' + setting + ')' if setting else ''}: slope of log {self.metric} "
-                f"against log {_short(self.axis)} = {self.slope:.3f}, {ci}, {self.points} points{left}{predicted}"
+                f"against log {_short(self.axis, axes)} = {self.slope:.3f}, {ci}, {self.points} points{left}{predicted}"
                 f"{self.paper_text()}")
 
     def paper_text(self) -> str:
@@ -205,9 +208,14 @@ def sweep_line(sweep: dict, experiment: bool = False) -> str:
 
 
 # ---------------------------------------------------------------------------------------- grouping
-def _short(key: str) -> str:
-    parts = key.split(".")
-    return parts[0] if parts[-1] == "name" and len(parts) == 2 else parts[-1]
+def _short(key: str, axes=()) -> str:
+    """``n_clients`` for ``dataset.n_clients`` (``algorithm`` for ``algorithm.name``), or ``key`` itself when
+    another of ``axes`` has the same short name (``algorithm.gamma`` beside ``regularizer.gamma``)."""
+    def short(name):
+        parts = name.split(".")
+        return parts[0] if parts[-1] == "name" and len(parts) == 2 else parts[-1]
+
+    return key if any(short(a) == short(key) for a in axes if a != key) else short(key)
 
 
 def _fmt(value) -> str:
@@ -301,8 +309,8 @@ def metric_label(metric: str, tex: bool = False) -> str:
 
 
 def _table(axes, rows, metric="stationarity") -> str:
-    header = [_short(a) for a in axes] + ["seeds ok", f"{metric_label(metric)} mean", "std", "objective", "test acc",
-                                          "prox evals", "seconds"]
+    header = [_short(a, axes) for a in axes] + ["seeds ok", f"{metric_label(metric)} mean", "std", "objective",
+                                                "test acc", "prox evals", "seconds"]
     extra = [c for c in EXTRA_COLUMNS if any(f"{c}_mean" in st for _, st in rows)]
     header += extra
     body = []
@@ -448,7 +456,7 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
         if rose:
             say(f"   {rose}")
         for point, st in rows:
-            csv_rows.append({"grid": grid_name, **{_short(k): v for k, v in point.items()}, **st})
+            csv_rows.append({"grid": grid_name, **{_short(k, axes): v for k, v in point.items()}, **st})
         slopes, unfitted = _slopes(item["experiment"], grid, rows, caution)
         for slope in slopes:
             result["slopes"].append(slope)
@@ -539,7 +547,7 @@ def _slopes(experiment, grid, rows, caution=None):
             counts = ", ".join(f"{n} {word}" for word in NOT_DONE if (n := sum(st[word] for st in not_done)))
             reasons.append(f"seeds not done: {counts}" if counts else "a seed without a finite final value")
         # a log-log line has no place for a value <= 0 (a stationarity of exactly 0, say): name those points
-        off_scale = [f"{_short(axis)}={_fmt(x)}" + ("" if _loggable(x) else " (not a number > 0)") +
+        off_scale = [f"{_short(axis, grid['varied'])}={_fmt(x)}" + ("" if _loggable(x) else " (not a number > 0)") +
                      ("" if _loggable(y) else f" with final {metric} {y:.4g}")
                      for x, y in done if not (_loggable(x) and _loggable(y))]
         if off_scale:
@@ -547,7 +555,7 @@ def _slopes(experiment, grid, rows, caution=None):
         left, why = len(not_done) + len(off_scale), "; ".join(reasons)
         if len({x for x, _ in pairs}) < 2:
             if left:
-                where = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in json.loads(setting).items())
+                where = ", ".join(f"{_short(k, grid['varied'])}={_fmt(v)}" for k, v in json.loads(setting).items())
                 unfitted.append(f"{experiment}/{grid['name']}{' (' + where + ')' if where else ''}: not fitted, "
                                 f"{len(pairs)} point{'s' * (len(pairs) != 1)} to fit (a slope needs 2); "
                                 f"{_left_out(left, why)}")
@@ -564,13 +572,15 @@ def _loggable(value) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- export
-def export(store, path, sweep: str | None = None) -> Path:
+def export(store, path, sweep: str | list[str] | None = None) -> Path:
     """Write the runs of ``store`` as data: one row per run per evaluated round (see :meth:`Store.records`).
 
     ``path`` ending in ``.csv`` gives CSV, ``.parquet`` Parquet (needs pyarrow). ``sweep`` (an id,
-    id prefix or experiment name) limits the rows to that sweep; default every stored run.
-    Columns: the run (``experiment``, ``grid``, ``key``, ``status``, ``seed``), every configuration
-    field (``algorithm.lr_local``, ...), then the history (``round``, ``stationarity``, ...).
+    id prefix or experiment name, or a list of them: the ``sweeps`` of a :func:`report`) limits the
+    rows to the runs of those sweeps; default every stored run.
+    Columns: the run (``sweep`` when ``sweep`` is given, ``experiment``, ``grid``, ``key``, ``status``,
+    ``seed``), every configuration field (``algorithm.lr_local``, ...), then the history (``round``,
+    ``stationarity``, ...).
     """
     from fedopt.sweep.store import Store
 
@@ -579,7 +589,8 @@ def export(store, path, sweep: str | None = None) -> Path:
     own = not isinstance(store, Store)
     db = Store(store, readonly=True) if own else store
     try:
-        rows = list(db.records(sweep))
+        refs = [sweep] if sweep is None or isinstance(sweep, str) else sweep
+        rows = [row for ref in refs for row in db.records(ref)]
     finally:
         if own:
             db.close()
@@ -641,7 +652,7 @@ def _plot_grid(Figure, folder, experiment, grid, points, rows, slopes, footer=""
     its ``curves``, and ``GRID_slope.png`` for a grid with a slope."""
     metric = grid.get("metric") or "stationarity"
     files = [_plot_curves(Figure, folder / f"{grid['name']}_curves.png", experiment, grid, points, metric, "round",
-                          True, footer)]
+                          metric in LOG_METRICS, footer)]  # a test accuracy on a log axis would hide its values <= 0
     for curve in grid.get("curves") or []:
         path = folder / f"{grid['name']}_{curve['y']}_vs_{curve['x']}.png"
         files.append(_plot_curves(Figure, path, experiment, grid, points, curve["y"], curve["x"],
@@ -679,7 +690,8 @@ def _plot_curves(Figure, path, experiment, grid, points, y, x, log, footer):
             length = min(len(c["round"]) for c in curves)
             xs = np.array([c[x][:length] for c in curves], dtype=float).mean(0)
             values = np.array([c[y][:length] for c in curves], dtype=float)
-            legend = f"{_short(lines_axis)} = {_fmt(point.get(lines_axis))}" if lines_axis else "mean over seeds"
+            legend = (f"{_short(lines_axis, varied)} = {_fmt(point.get(lines_axis))}" if lines_axis else
+                      "mean over seeds")
             (line,) = ax.plot(xs, values.mean(0), label=legend, lw=1.5)
             if len(curves) > 1:
                 ax.fill_between(xs, values.min(0), values.max(0), color=line.get_color(), alpha=0.15, lw=0)
@@ -688,8 +700,8 @@ def _plot_curves(Figure, path, experiment, grid, points, y, x, log, footer):
         ax.set_xlabel(AXIS_LABELS.get(x, x))
         ax.set_ylabel(metric_label(y, tex=True))
         setting = json.loads(panel)
-        ax.set_title(", ".join(f"{_short(a)} = {_fmt(v)}" for a, v in setting.items()) or grid.get("title") or "",
-                     fontsize=9)
+        title = ", ".join(f"{_short(a, varied)} = {_fmt(v)}" for a, v in setting.items())
+        ax.set_title(title or grid.get("title") or "", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
@@ -721,7 +733,7 @@ def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
             if finals and complete:
                 means.append((point[axis], float(np.mean(finals))))
         means.sort()
-        setting = ", ".join(f"{_short(a)}={_fmt(v)}" for a, v in slope.setting.items())
+        setting = ", ".join(f"{_short(a, grid['varied'])}={_fmt(v)}" for a, v in slope.setting.items())
         ci = f" [{slope.low:.2f}, {slope.high:.2f}]" if math.isfinite(slope.low) else ""
         (line,) = ax.plot([m[0] for m in means], [m[1] for m in means], "o", label=f"{setting} mean".strip())
         ax.plot([x for x, _ in seeds], [y for _, y in seeds], ".", color=line.get_color(), alpha=0.3)
@@ -737,7 +749,7 @@ def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
     ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel(_short(axis))
+    ax.set_xlabel(_short(axis, grid["varied"]))
     ax.set_ylabel(f"final {ylabel}")
     predicted = f"; predicted {slopes[0].predicted:g}" if slopes[0].predicted is not None else ""
     ax.set_title(f"{grid.get('title') or grid['name']}{predicted}{slopes[0].paper_text()}", fontsize=8, wrap=True)
