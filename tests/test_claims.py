@@ -84,7 +84,27 @@ def test_goal_max_and_the_round_of_the_comparison():
     # at round 10 the curves are 2 * final: the same order; at an unevaluated round nothing to compare
     assert C.check([claim(at=10)], runs)[0].verdict == "holds"
     v = C.check([claim(at=15)], runs)[0]
-    assert v.verdict == "inconclusive" and "fewer than 2 seeds done" in v.lines[0]
+    assert v.verdict == "inconclusive" and v.lines == [
+        "inconclusive; a / b: fewer than 2 seeds done in both (a: 8 of 8 seeds with round 15 not evaluated, "
+        "b: 8 of 8 seeds with round 15 not evaluated)"]
+
+
+def test_a_seed_that_stopped_before_the_claims_round_is_named_as_not_evaluating_it():
+    runs = members({("a", 4): LOW, ("b", 4): HIGH})
+    runs[0]["history"] = {k: v[:2] for k, v in runs[0]["history"].items()}  # done: stopped by tol at round 10
+    [v] = C.check([claim(at=20)], runs)
+    assert v.verdict == "holds" and v.lines[0].endswith(
+        " (a: 1 of 8 seeds with round 20 not evaluated); 95% t intervals, paired over 7 seeds")
+
+
+def test_a_comparison_is_paired_over_the_seeds_done_in_both():
+    # a seed lost on one side is left out of the other too: a hard seed must not weigh on one mean only
+    runs = members({("a", 4): LOW, ("b", 4): HIGH}, status={("b", 4, 3): "diverged"})
+    [v] = C.check([claim()], runs)
+    common = [s for s in range(8) if s != 3]
+    ratio = math.exp(np.mean([math.log(LOW[s] / HIGH[s]) for s in common]))
+    assert v.verdict == "holds" and f"a / b = {ratio:.3g} [" in v.lines[0]
+    assert "(b: 1 of 8 seeds diverged); 95% t intervals, paired over 7 seeds" in v.lines[0]
 
 
 def test_a_diverged_seed_of_the_claimed_best_fails_it_and_missing_points_are_inconclusive():
@@ -153,6 +173,13 @@ def test_slope_claim_uses_the_points_whose_seeds_are_all_done():
     assert "a: 1 of 8 seeds at or below 0 (no logarithm)" in v.lines[0] and "not done" not in v.lines[0]
 
 
+def test_slope_points_whose_axis_value_has_no_logarithm_are_named_as_left_out():
+    finals = {("a", n): [max(n, 1) ** -1.0 * (1 + 0.01 * s) for s in range(3)] for n in (0, 2, 4, 8, 16)}
+    [v] = C.check([claim(kind="slope", axis="dataset.n_clients", values=[], interval=(-1.1, -0.9))], members(finals))
+    assert v.verdict == "holds" and v.lines[0].endswith(
+        "over 4 points (claimed [-1.1, -0.9]); 1 point left out: no logarithm at n_clients=0 (not a number > 0)")
+
+
 CLAIMED = TINY + """
 [[claim]]
 name = "more-clients-lower"
@@ -181,6 +208,51 @@ def test_claims_parse_and_their_errors_name_the_line():
         assert f"tiny.toml:{lines.index(cited) + 1}:" in str(err.value)
     with pytest.raises(sweep.ConfigError, match="needs explanation"):
         sweep.parse_experiment(CLAIMED + 'expected = "fails"\n', source="tiny.toml")
+
+
+def test_a_where_value_must_be_a_value_of_its_axis():
+    text = CLAIMED + 'where = { "algorithm.local_steps" = [3] }\n'
+    with pytest.raises(sweep.ConfigError) as err:
+        sweep.parse_experiment(text, source="tiny.toml")
+    assert str(err.value) == (f"tiny.toml:{len(text.splitlines())}: key 'claim[0].where': claim 'more-clients-lower': "
+                              "3 is not a value of algorithm.local_steps on grid 'speedup' ([1, 2])")
+    # a sweep stored with such a claim says why it selects nothing
+    [v] = C.check([claim(where={"dataset.n_clients": [5]})], members({("a", 4): LOW, ("b", 4): HIGH}))
+    assert v.lines == ["no runs of this grid in the sweep have the claim's where values"]
+
+
+def test_a_claim_at_a_round_that_a_run_of_its_grid_does_not_evaluate_is_refused():
+    def refusal(text):
+        exp = sweep.parse_experiment(text, source="tiny.toml")
+        with pytest.raises(sweep.ConfigError) as err:
+            C.check_rounds(exp.claims, exp.expand(), exp.error)
+        return str(err.value)
+
+    line = len(CLAIMED.splitlines()) + 1
+    for at in (3, 600):  # between two evaluations; past the end
+        assert refusal(CLAIMED + f"at = {at}\n") == (
+            f"tiny.toml:{line}: key 'claim[0].at': claim 'more-clients-lower': at = {at} is not a round that every "
+            "run of grid 'speedup' evaluates (rounds = 4, eval_every = 2); those are 0, 2, 4")
+    exp = sweep.parse_experiment(CLAIMED + "at = 2\n")
+    C.check_rounds(exp.claims, exp.expand(), exp.error)
+    # rounds by grid point: 2 * Q; at = 4 is only evaluated by the runs with Q = 2
+    varied = CLAIMED.replace("rounds = 4", 'rounds = "2 * Q"') + "at = 4\n"
+    assert refusal(varied).endswith("at = 4 is not a round that every run of grid 'speedup' evaluates (their "
+                                    "rounds and eval_every differ); those are 0, 2")
+    exp = sweep.parse_experiment(varied + 'where = { "algorithm.local_steps" = 2 }\n')
+    C.check_rounds(exp.claims, exp.expand(), exp.error)
+
+
+def test_a_slope_claim_needs_3_axis_values_with_a_logarithm():
+    grid = TINY.replace('slope = "dataset.n_clients"', '"regularizer.l1" = [0.0, 1e-3, 1e-2, 1e-1]')
+    text = grid + CLAIMED[len(TINY):].replace('kind = "order"', 'kind = "slope"\ninterval = [-2.0, 2.0]').replace(
+        'axis = "dataset.n_clients"\nvalues = [8, 4]', 'axis = "regularizer.l1"')
+    assert sweep.parse_experiment(text).claims[0].axis == "regularizer.l1"
+    with pytest.raises(sweep.ConfigError) as err:
+        sweep.parse_experiment(text.replace("1e-2, 1e-1]", "1e-2]"))
+    assert str(err.value).endswith(
+        "key 'claim[0].axis': claim 'more-clients-lower': a slope claim needs 3 values of regularizer.l1 that are "
+        "numbers > 0 (the slope's interval is fitted against their logarithm), got [0.0, 0.001, 0.01]")
 
 
 def test_sweep_check_and_report_print_the_claims(tmp_path, capsys):

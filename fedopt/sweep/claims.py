@@ -12,9 +12,10 @@ with the figure or table and the sentence it comes from::
     axis = "algorithm.name"         # the compared key (a slope claim: the grid's slope axis)
     values = ["fednmap", "zhang", "fedcanon"]
     metric = "stationarity"         # any history column (test_accuracy, seconds, prox_evals, ...)
-    at = 300                        # optional: the value at this round (default: the last round)
+    at = 300                        # optional: the value at this round (default: the last round), one
+                                    # that every run of the grid evaluates (0, k * eval_every, rounds)
     goal = "min"                    # best/order: lower is better ("max": higher is better)
-    where = { "dataset.n_clients" = [20, 50] }   # optional: only these grid points
+    where = { "dataset.n_clients" = [20, 50] }   # optional: only these grid points (values of the axis)
     expected = "fails"              # optional: a claim known not to reproduce here ...
     explanation = "..."             # ... and why (required with expected)
 
@@ -22,7 +23,8 @@ Kinds (``values`` and ``interval`` as the kind needs them):
 
 * ``best``: ``values[0]`` beats each of the others; ``order``: each value beats the next one.
 * ``slope``: the least-squares slope of ``log mean_seeds metric`` against ``log axis`` (the
-  report's slope, over the grid points whose seeds are all done) lies in ``interval``.
+  report's slope, over the grid points whose seeds are all done) lies in ``interval``; the axis
+  needs 3 numbers > 0 (a slope's interval needs 3 points), and its other values are left out.
 * ``ratio`` / ``difference``: ``values[0]`` over (minus) ``values[1]`` lies in ``interval``
   (``inf`` and ``-inf`` allowed); a ratio is always compared on the log scale, a difference on
   the linear one.
@@ -31,16 +33,19 @@ Kinds (``values`` and ``interval`` as the kind needs them):
 
 Every claim is checked separately for each setting of the grid's other varied axes (each panel of
 the figure) and holds only where it holds in all of them. A comparison of two grid points uses the
-seeds done in both: the paired t interval (level 0.95) of the per-seed differences when they share
-their seeds (the methods of a trial start from the same point), else Welch's interval. ``scale``
+seeds done in both: the paired t interval (level 0.95) of the per-seed differences over those
+seeds (the methods of a trial start from the same point; a seed done on one side only is left
+out, so that a hard seed lost on one side does not bias the other side's mean). ``scale``
 (default ``"log"`` for the stationarity and the objective-like measures, else ``"linear"``) says
 whether the differences are of logarithms (ratios) or of values. A comparison *holds* when its
 whole interval is on the claimed side, *fails* when its whole interval is on the other side, and
-is *inconclusive* otherwise (or with fewer than 2 seeds). A claimed-better point with diverged
-seeds fails its comparison, and so does an exact tie (a best or order claim is strict). A claim
-``at`` a round before the end also uses the runs that did not converge (divergence
-``stall_factor``): they ran every round, and their values on the way are the evidence. A claim
-fails when one setting fails, holds when all hold, and is inconclusive otherwise.
+is *inconclusive* otherwise (or with fewer than 2 seeds done in both). A claimed-better point
+with diverged seeds fails its comparison, and so does an exact tie (a best or order claim is
+strict). A claim ``at`` a round before the end also uses the runs that did not converge
+(divergence ``stall_factor``): they ran every round, and their values on the way are the
+evidence; a run without that round in its history (one stopped early by ``tol``, say) is left
+out as not evaluating it. A claim fails when one setting fails, holds when all hold, and is
+inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedopt.run import STALLED
-from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _short, fit_slope, t_quantile
+from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _loggable, _short, fit_slope, t_quantile
 
 KINDS = ("best", "order", "slope", "ratio", "difference", "within")
 VERDICTS = ("holds", "fails", "inconclusive")
@@ -198,6 +203,15 @@ def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> C
         if key not in grid.axes:
             raise fail(f"{key!r} is not an axis of grid {grid.name!r}", "where")
         claim.where[key] = value if isinstance(value, list) else [value]
+        for v in claim.where[key]:  # a value the grid lacks would select no runs, forever inconclusive
+            if v not in grid.axes[key]:
+                raise fail(f"claim {claim.name!r}: {v!r} is not a value of {key} on grid {grid.name!r} "
+                           f"({grid.axes[key]})", "where")
+    if kind == "slope":  # fitted against log axis: a claim with fewer than 3 such points is never decided
+        xs = claim.where.get(claim.axis, axis_values)
+        if len({x for x in xs if _loggable(x)}) < 3:
+            raise fail(f"claim {claim.name!r}: a slope claim needs 3 values of {claim.axis} that are numbers > 0 "
+                       f"(the slope's interval is fitted against their logarithm), got {xs}", "axis")
     claim.expected = table.get("expected")
     if claim.expected is not None:
         if claim.expected not in ("fails", "inconclusive"):
@@ -207,6 +221,32 @@ def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> C
             raise fail("a claim documented as not reproducing needs explanation = \"why\"", "explanation")
     claim.explanation = str(table.get("explanation", ""))
     return claim
+
+
+def check_rounds(claims, runs, error) -> None:
+    """Refuse a claim ``at`` a round that a run of its grid does not evaluate: ``runs`` are the
+    experiment's expanded :class:`~fedopt.sweep.config.RunSpec` (their rounds and ``eval_every`` may
+    differ by grid point); ``error(message, path)`` makes the exception."""
+    for index, claim in enumerate(claims):
+        if claim.at is None:
+            continue
+        counts = {(r.config["rounds"], r.config["eval_every"]) for r in runs
+                  if r.grid == claim.grid and _selected(r.labels, claim.where)}
+        if all(_evaluates(rounds, every, claim.at) for rounds, every in counts):
+            continue
+        common = set.intersection(*(set(range(0, rounds + 1, every)) | {rounds} for rounds, every in counts))
+        shown = sorted(common)
+        shown = ", ".join(map(str, shown if len(shown) <= 8 else [*shown[:3], "...", *shown[-2:]]))
+        how = "rounds = {}, eval_every = {}".format(*next(iter(counts))) if len(counts) == 1 else \
+            "their rounds and eval_every differ"
+        which = f"grid {claim.grid!r}" + (" that where selects" if claim.where else "")
+        raise error(f"claim {claim.name!r}: at = {claim.at} is not a round that every run of {which} evaluates "
+                    f"({how}); those are {shown}", f"claim[{index}].at")
+
+
+def _evaluates(rounds: int, every: int, t: int) -> bool:
+    """Whether a run of ``rounds`` rounds evaluated every ``every`` rounds records round ``t`` (as ``fedopt.run``)."""
+    return t == rounds or (t < rounds and t % every == 0)
 
 
 def from_dict(data: dict) -> Claim:
@@ -249,8 +289,10 @@ def check(claims, members, caution: str | None = None) -> list[Verdict]:
     out = []
     for claim in claims:
         claim = claim if isinstance(claim, Claim) else from_dict(claim)
-        runs = [m for m in members if m["grid"] == claim.grid and _selected(m["labels"], claim.where)]
-        verdict, lines = _check(claim, runs)
+        runs = [m for m in members if m["grid"] == claim.grid]
+        selected = [m for m in runs if _selected(m["labels"], claim.where)]
+        verdict, lines = _check(claim, selected) if selected or not runs else \
+            ("inconclusive", ["no runs of this grid in the sweep have the claim's where values"])
         out.append(Verdict(claim, verdict, lines, caution))
     return out
 
@@ -308,47 +350,42 @@ def _usable(run, claim: Claim) -> bool:
     return claim.at is not None and run["status"] == "diverged" and STALLED in (run.get("error") or "")
 
 
-def _seeds(claim, runs) -> tuple[dict, int, int, int]:
-    """``({seed: value}, diverged, other not done, done at or below 0 on the log scale)`` of the runs
-    of one grid point."""
-    values, diverged, other, unlogged = {}, 0, 0, 0
+def _seeds(claim, runs) -> tuple[dict, int, int, int, int]:
+    """``({seed: value}, diverged, other not done, done at or below 0 on the log scale, without the
+    claim's round)`` of the runs of one grid point."""
+    values, diverged, other, unlogged, unevaluated = {}, 0, 0, 0, 0
     for run in runs:
-        value = _value(run, claim) if _usable(run, claim) else None
+        usable = _usable(run, claim)
+        value = _value(run, claim) if usable else None
         if value is not None and (claim.scale == "linear" or value > 0):
             values[run["labels"].get("seed")] = value
         elif value is not None:
             unlogged += 1
+        elif usable and claim.at is not None and claim.at not in ((run.get("history") or {}).get("round") or []):
+            unevaluated += 1  # done, but the round is not in its history (fewer rounds, or stopped by tol)
         elif run["status"] == "diverged":
             diverged += 1
         else:
             other += 1
-    return values, diverged, other, unlogged
+    return values, diverged, other, unlogged, unevaluated
 
 
 def interval(a: dict, b: dict, log: bool, level: float = LEVEL):
     """``(estimate, low, high, how)`` of ``mean(a) - mean(b)`` (of logs when ``log``) over seeds.
 
-    Paired over the seeds when ``a`` and ``b`` (``{seed: value}``) share them, else Welch's
-    interval; None with fewer than 2 values on a side.
+    Paired over the seeds that ``a`` and ``b`` (``{seed: value}``) share: the runs of a seed start
+    from the same point, and a seed missing on one side (diverged, say: a hard one) would bias the
+    other side's mean if that side kept it. None with fewer than 2 shared seeds.
     """
-    if len(a) < 2 or len(b) < 2:
+    seeds = [s for s in a if s in b]
+    if len(seeds) < 2:
         return None
     f = np.log if log else np.asarray
-    if set(a) == set(b):
-        d = f(np.array([a[s] for s in a], float)) - f(np.array([b[s] for s in a], float))
-        k = len(d)
-        se = d.std(ddof=1) / math.sqrt(k)
-        half = t_quantile(0.5 + level / 2, k - 1) * se if se > 0 else 0.0
-        return float(d.mean()), float(d.mean() - half), float(d.mean() + half), f"paired over {k} seeds"
-    x, y = f(np.array(list(a.values()), float)), f(np.array(list(b.values()), float))
-    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return float(x.mean() - y.mean()), float(x.mean() - y.mean()), float(x.mean() - y.mean()), "Welch"
-    dof = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
-    half = t_quantile(0.5 + level / 2, dof) * se
-    diff = float(x.mean() - y.mean())
-    return diff, diff - half, diff + half, f"Welch over {len(x)} and {len(y)} seeds"
+    d = f(np.array([a[s] for s in seeds], float)) - f(np.array([b[s] for s in seeds], float))
+    k = len(d)
+    se = d.std(ddof=1) / math.sqrt(k)
+    half = t_quantile(0.5 + level / 2, k - 1) * se if se > 0 else 0.0
+    return float(d.mean()), float(d.mean() - half), float(d.mean() + half), f"paired over {k} seeds"
 
 
 def _place(low, high, lo, hi) -> str:
@@ -377,12 +414,11 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
     log = claim.scale == "log"
     verdicts, parts, hows = [], [], []
     for a, b in pairs:
-        (va, diverged_a, other_a, unlogged_a), (vb, diverged_b, other_b, unlogged_b) = data[a], data[b]
+        (va, diverged_a, *_), (vb, diverged_b, *_) = data[a], data[b]
         label = f"{_fmt(a)} {'/' if log else '-'} {_fmt(b)}"
-        not_done = ", ".join(f"{_fmt(v)}: {n} of {len(groups[v])} seeds {word}" for v, n, word in
-                             ((a, diverged_a, "diverged"), (a, other_a, "not done"), (a, unlogged_a, UNLOGGED),
-                              (b, diverged_b, "diverged"), (b, other_b, "not done"), (b, unlogged_b, UNLOGGED))
-                             if n)
+        words = ("diverged", "not done", UNLOGGED, f"with round {claim.at} not evaluated")
+        not_done = ", ".join(f"{_fmt(v)}: {n} of {len(groups[v])} seeds {word}"
+                             for v in (a, b) for n, word in zip(data[v][1:], words, strict=True) if n)
         if claim.kind in ("best", "order") and diverged_a and not diverged_b:
             verdicts.append("fails")
             parts.append(f"{label}: {not_done}")
@@ -396,7 +432,7 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
         ci = interval(va, vb, log)
         if ci is None:
             verdicts.append("inconclusive")
-            parts.append(f"{label}: fewer than 2 seeds done on a side" + (f" ({not_done})" if not_done else ""))
+            parts.append(f"{label}: fewer than 2 seeds done in both" + (f" ({not_done})" if not_done else ""))
             continue
         estimate, low, high, how = ci
         verdict = _pair_verdict(claim, low, high)
@@ -434,17 +470,24 @@ def _pair_verdict(claim: Claim, low: float, high: float) -> str:
 
 def _check_slope(claim: Claim, groups: dict) -> tuple[str, str]:
     """A slope claim in one setting: the fitted slope's 95 % interval against the claimed interval."""
-    points, not_done, unlogged = [], 0, 0
+    points, not_done, unlogged, unevaluated, off_scale = [], 0, 0, 0, []
     for x, runs in groups.items():
-        values, diverged, other, below = _seeds(claim, runs)
-        if diverged or other or not (values or below):
+        values, diverged, other, below, missing = _seeds(claim, runs)
+        if not _loggable(x):  # the fit is against log x
+            off_scale.append(f"{_short(claim.axis)}={_fmt(x)}")
+        elif diverged or other or not (values or below or missing):
             not_done += 1
+        elif missing:
+            unevaluated += 1
         elif below:
             unlogged += 1
-        elif isinstance(x, (int, float)) and x > 0:
+        else:
             points.append((x, float(np.mean(list(values.values())))))
-    reasons = [f"{n} with a seed {word}" for n, word in ((not_done, "not done"), (unlogged, UNLOGGED)) if n]
-    left = not_done + unlogged
+    reasons = [f"{n} with {word}" for n, word in ((not_done, "a seed not done"), (unlogged, f"a seed {UNLOGGED}"),
+                                                  (unevaluated, f"round {claim.at} not evaluated in a seed")) if n]
+    if off_scale:
+        reasons.append(f"no logarithm at {', '.join(off_scale)} (not a number > 0)")
+    left = not_done + unlogged + unevaluated + len(off_scale)
     left_text = f"; {left} point{'s' * (left != 1)} left out: {', '.join(reasons)}" if left else ""
     if len({x for x, _ in points}) < 3:
         return "inconclusive", f"{len(points)} points with every seed done, a slope interval needs 3{left_text}"
