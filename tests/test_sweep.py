@@ -121,6 +121,92 @@ def test_per_method_tables_and_params_feed_expressions():
     assert {s.config["algorithm"]["lr_server"] for s in specs if s.config["algorithm"]["name"] == "fednmap"} == {1.0}
 
 
+PER_METHOD = TINY.replace("[[grid]]", "[run.algorithm.fednmap]\nlocal_steps = 3\n\n[[grid]]")
+
+
+def test_a_grid_axis_or_set_on_a_shared_hyperparameter_wins_over_per_method_tables():
+    specs = tiny(PER_METHOD).expand()
+    steps = {(s.labels["algorithm.local_steps"], s.config["algorithm"]["local_steps"]) for s in specs}
+    assert steps == {(1, 1), (2, 2)} and len({s.key for s in specs}) == 8
+    fixed = tiny(PER_METHOD, **{"algorithm.local_steps": 5}).expand()
+    assert {s.config["algorithm"]["local_steps"] for s in fixed} == {5}
+    one_method = PER_METHOD.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.local_steps" = [1, 2]\n'
+                                    '"algorithm.fednmap.local_steps" = [4]')
+    assert {s.config["algorithm"]["local_steps"] for s in tiny(one_method).expand()} == {4}  # the axis for one method
+    assert "algorithm.fednmap.local_steps" not in tiny(one_method, **{"algorithm.local_steps": 5}).grids[0].axes
+
+    def gammas(**overrides):
+        exp = sweep.load_experiment("depositum_baselines", overrides)
+        return {s.config["algorithm"]["name"]: s.config["algorithm"].get("gamma") for s in exp.expand()
+                if s.grid == "table3"}
+
+    assert gammas() == {"depositum": None, "fedmid": None, "feddr": 1.0, "fedadmm": 1.0}
+    assert gammas(**{"algorithm.gamma": 0.1}) == {"depositum": None, "fedmid": None, "feddr": 0.1, "fedadmm": 0.1}
+    for overrides in ({"algorithm.gamma": 0.1, "algorithm.feddr.gamma": 0.5},
+                      {"algorithm.feddr.gamma": 0.5, "algorithm.gamma": 0.1}):  # one method's --set wins, in any order
+        assert gammas(**overrides)["feddr"] == 0.5 and gammas(**overrides)["fedadmm"] == 0.1
+
+
+def test_hyperparameters_of_a_method_that_never_runs_are_refused():
+    axis = TINY.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.fedcanon.lr_server" = [0.5, 1.0]')
+    with pytest.raises(ConfigError, match=r"key 'algorithm\.fedcanon\.lr_server': varies a hyperparameter of fedcanon, "
+                                          r"which this grid never runs \(it runs fednmap\)"):
+        tiny(axis)
+    table = TINY.replace("[[grid]]", "[run.algorithm.fedcanon]\nlr_server = 0.5\n\n[[grid]]")
+    with pytest.raises(ConfigError, match=r"key 'run\.algorithm\.fedcanon': .*never runs \(it runs fednmap\)"):
+        tiny(table)
+    with pytest.raises(ConfigError, match=r"^--set algorithm\.fedcanon\.lr_server: .*never runs"):
+        tiny(**{"algorithm.fedcanon.lr_server": 0.5})
+    # a method that only an "algorithm.name" axis runs is run: its table and axes are used
+    both = table.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.name" = ["fednmap", "fedcanon"]\n'
+                                                             '"algorithm.fedcanon.lr_local" = [0.5, 1.0]')
+    algos = [s.config["algorithm"] for s in tiny(both).expand()]
+    assert {(a["lr_server"], a["lr_local"]) for a in algos if a["name"] == "fedcanon"} == {(0.5, 0.5), (0.5, 1.0)}
+    # --set algorithm.name leaves the file's tables for the other methods unused, and drops their axes
+    switched = tiny(both, **{"algorithm.name": "fednmap"})
+    assert "algorithm.fedcanon.lr_local" not in switched.grids[0].axes
+    assert {s.config["algorithm"]["name"] for s in switched.expand()} == {"fednmap"}
+
+
+@pytest.mark.parametrize("axis, builtin", [
+    ('"params.n" = [1.0, 2.0]\n"algorithm.lr_local" = ["0.1 / n"]', "the number of clients"),
+    ('"params.Q" = [1.0, 2.0]\n"algorithm.lr_local" = ["0.1 / Q"]', "algorithm.local_steps"),
+    ('"params.K" = [1.0, 2.0]\n"algorithm.lr_local" = ["0.1 / K"]', "algorithm.local_steps"),
+    ('"params.gamma" = [1.0, 2.0]\n"algorithm.lr_local" = ["0.1 / gamma"]', "the hyperparameter algorithm.gamma"),
+])
+def test_params_that_a_name_of_the_expressions_would_hide_are_refused(axis, builtin):
+    name = axis.split(".")[1].split('"')[0]
+    with pytest.raises(ConfigError, match=rf"key 'params\.{name}': a params value cannot be called '{name}': "
+                                          rf"in expressions {name} is {builtin}"):
+        tiny(TINY.replace('"algorithm.local_steps" = [1, 2]', axis))
+    with pytest.raises(ConfigError, match=rf"key 'run\.params\.{name}': a params value cannot be called"):
+        tiny(TINY.replace("[[grid]]", f"[run.params]\n{name} = 1.0\n\n[[grid]]")
+             .replace('lr_local = "1/Q"', f'lr_local = "0.1 / {name}"'))
+
+
+def test_integers_for_real_options_and_later_options_at_their_default_keep_the_run_keys():
+    floats = TINY.replace('partition = "sorted"', 'partition = "dirichlet"\nalpha = 1.0').replace(
+        "l1 = 1e-3", "l1 = 0.0").replace("\ngamma = 4.0", "\ngamma = 4.0\nlr_server = 1.0").replace(
+        "metric_gamma = 4.0", "metric_gamma = 4.0\ndivergence = { objective_factor = 1e4, stall_factor = 0.5 }")
+    ints = floats.replace("alpha = 1.0", "alpha = 1").replace("l1 = 0.0", "l1 = 0").replace(
+        "gamma = 4.0\nlr_server = 1.0", "gamma = 4\nlr_server = 1").replace("1e4", "10000").replace(
+        "batch_size = 16", 'batch_size = 16\nsampling = "uniform"')
+    assert ints.count(" = 1\n") == 2 and "10000" in ints
+    a, b = tiny(floats).expand(), tiny(ints).expand()
+    assert [s.key for s in a] == [s.key for s in b] and a[0].config == b[0].config
+    config = b[0].config
+    assert isinstance(config["algorithm"]["gamma"], float) and isinstance(config["dataset"]["alpha"], float)
+    assert isinstance(config["regularizer"]["l1"], float) and config["divergence"]["objective_factor"] == 1e4
+    assert isinstance(config["divergence"]["objective_factor"], float) and config["divergence"]["patience"] == 3
+    assert "sampling" not in config["algorithm"]  # at its default, as if not set
+    assert config["algorithm"]["batch_size"] == 16 and isinstance(config["algorithm"]["batch_size"], int)
+    assert type(tiny(**{"algorithm.lr_local": True}).expand()[0].config["algorithm"]["lr_local"]) is bool
+    depositum = tiny(**{"algorithm": {"name": "depositum", "edge_prob": 1}}).expand()[0]  # None, annotated float
+    assert type(depositum.config["algorithm"]["edge_prob"]) is float
+    weighted = tiny(ints.replace('sampling = "uniform"', 'sampling = "weighted"')).expand()[0]
+    assert weighted.config["algorithm"]["sampling"] == "weighted"
+
+
 @pytest.mark.parametrize("edit, key, message", [
     (("lr_local = \"1/Q\"", "lr_lcoal = 0.1"), "run.algorithm.lr_lcoal", "none of the methods"),
     (("l2 = 2e-2", "l2 = 2e-2\nl3 = 1"), "run.regularizer.l3", "has no option 'l3'"),
@@ -135,6 +221,12 @@ def test_per_method_tables_and_params_feed_expressions():
     (('name = "fednmap"', 'name = ["fednmap", "zhang"]'), "run.algorithm.name", "a run has one algorithm: to vary"),
     (('"dataset.n_clients" = [4, 8]', '"dataset.n_clients" = [4.0, 8]'), "dataset.n_clients",
      "n_clients must be an integer, got 4.0; write 4"),
+    (('"algorithm.local_steps" = [1, 2]', '"divergence.objectiv_factor" = [10.0]'), "divergence.objectiv_factor",
+     "divergence has no field 'objectiv_factor'"),
+    (('"algorithm.local_steps" = [1, 2]', '"divergence.objective_factor" = [10.0, 0.5]'),
+     "divergence.objective_factor", "objective_factor must be a finite number > 1"),
+    (('"algorithm.local_steps" = [1, 2]', 'seeds = [[0], [1]]'), "seeds",
+     "seeds are not a grid axis: set them with [run] seeds = [...] or --set seeds=[...]"),
 ])
 def test_errors_name_the_key_and_its_line(edit, key, message):
     text = TINY.replace(*edit)

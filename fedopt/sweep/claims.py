@@ -315,7 +315,7 @@ def _check(claim: Claim, runs) -> tuple[str, list]:
         settings.setdefault(setting, {}).setdefault(json.dumps(m["labels"].get(claim.axis)), []).append(m)
     verdicts, lines = [], []
     for setting, by_value in settings.items():
-        name = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in json.loads(setting).items())
+        name = ", ".join(f"{_short(k, [*others, claim.axis])}={_fmt(v)}" for k, v in json.loads(setting).items())
         groups = {json.loads(v): rs for v, rs in by_value.items()}
         verdict, text = (_check_slope if claim.kind == "slope" else _check_points)(claim, groups)
         verdicts.append(verdict)

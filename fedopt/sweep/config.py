@@ -38,8 +38,8 @@ An experiment file has three kinds of tables::
     lr_local = "1/Q"             # an expression, see below
     gamma = 4.0
 
-    [run.algorithm.fedcanon]     # optional: hyperparameters for one method only (override the shared ones)
-    lr_server = 1.0
+    [run.algorithm.fedcanon]     # optional: hyperparameters for one method only (override the shared ones),
+    lr_server = 1.0              # one that a grid runs
 
     [paper_data]                 # optional: the paper's data set, used when its files are present
     name = "mnist"               # mnist, fashion_mnist or a9a (fedopt.datasets.catalog)
@@ -49,7 +49,7 @@ An experiment file has three kinds of tables::
     name = "speedup-n"
     title = "Fig. 3: final stationarity against n"
     "dataset.n_clients" = [10, 20, 30, 50, 100]
-    "algorithm.lr_local" = [0.1]
+    "algorithm.name" = ["fednmap", "fedcanon"]
     lines = "dataset.n_clients"  # optional: the key that tells the curves apart in the plots
     slope = "dataset.n_clients"  # optional: fit log(final stationarity) against log(this key: numbers > 0)
     paper_slope = -1.436         # optional: the paper's value, printed next to ours
@@ -64,7 +64,14 @@ its seeds. The sweep is the union of all grids; points that resolve to the same 
 **Shared and per-method hyperparameters.** A key of ``[run.algorithm]`` applies to every method
 of the experiment that has a hyperparameter of that name (``gamma = 4`` reaches FedNMap, not
 Zhang, which has none); a key that none of the experiment's methods has is refused. A sub-table
-``[run.algorithm.METHOD]`` sets hyperparameters of that method only, and refuses names it lacks.
+``[run.algorithm.METHOD]`` sets hyperparameters of that method only, and refuses names it lacks;
+one for a method that the experiment never runs is refused, and so is a grid axis
+``"algorithm.METHOD.key"`` in a grid that does not run METHOD. From the weakest to the strongest:
+``[run.algorithm]``, ``[run.algorithm.METHOD]``, a grid axis on the shared key (``"algorithm.local_steps"
+= [1, 2, 4]`` varies it for every method, those with a per-method value included), a grid axis
+``"algorithm.METHOD.key"``. ``--set algorithm.key=...`` fixes the key for every method that has it
+and drops the axes on it (``--set algorithm.gamma=0.1`` sets FedDR's and FedADMM's gamma in
+``depositum_baselines``); ``--set algorithm.METHOD.key=...`` fixes one method's, whatever the order.
 
 **Expressions.** A numeric hyperparameter, regularizer parameter, ``metric_gamma``, ``rounds`` or
 ``eval_every`` (these two must give whole numbers) may be a
@@ -75,7 +82,13 @@ algorithm hyperparameters given as plain numbers. ``lr_local = "1/Q"`` is the Fe
 eta_a = 1/Q; FedCanon's server step alpha is ``lr_server = "alpha / (lr_local * Q)"`` with
 ``"params.alpha" = [0.01, 0.05]`` on a grid. ``params`` exist only for expressions and labels:
 the stored run holds the resulting numbers, so that two grid points giving the same numbers are
-one run. Nothing else is evaluated (no attribute access, no other names).
+one run. A ``params`` name cannot be ``n``, ``Q``, ``K`` or a hyperparameter of the methods (those
+names would hide it). Nothing else is evaluated (no attribute access, no other names).
+
+**Run keys.** A run is stored under the hash of its resolved configuration, so that a resumed
+sweep finds it. An integer written for a real-valued option (``lr_server = 1``, ``alpha = 1``,
+``divergence = { objective_factor = 10000 }``) is stored as a float, the same run as ``1.0``; an
+option of :data:`LATER_OPTIONS` set to its default is left out, as if it were not set.
 
 **Problems without a data set.** The variational inequalities of :mod:`fedopt.problems.vi`
 (``[run.problem] name = "bilinear_game"``, ``"quadratic_game"``, ...) are synthetic operators:
@@ -102,7 +115,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
-from fedopt.sweep.claims import parse_claim
+from fedopt.sweep.claims import check_rounds, parse_claim
 
 try:  # Python 3.11+
     import tomllib
@@ -204,6 +217,40 @@ def _regularizer_options(name: str) -> dict:
             options[f.name] = (f.default if f.default is not MISSING else
                                f.default_factory() if f.default_factory is not MISSING else inspect.Parameter.empty)
     return options
+
+
+@functools.cache
+def _float_options(section: str, name: str) -> frozenset:
+    """The options of a data set, problem, regularizer or method (``section``, ``name``) that hold real
+    numbers: a float default, or none and the annotation ``float`` or ``float | None``. An integer
+    written for one is stored as a float, so that ``lr_server = 1`` and ``1.0`` are one run."""
+    from fedopt import algorithms
+    from fedopt.datasets import partition
+    from fedopt.problems import PROBLEMS
+    from fedopt.regularizers import REGULARIZERS, canonical
+
+    if section in ("algorithm", "regularizer"):
+        cls = algorithms.ALGORITHMS[name] if section == "algorithm" else REGULARIZERS[canonical(name)]
+        declared = [(f.name, f.default, f.type) for f in fields(cls)]
+    else:
+        funcs = ([_datasets()[name], partition] if section == "dataset" else
+                 [cls.__init__ for cls in PROBLEMS[name].__mro__ if "__init__" in cls.__dict__])
+        declared = [(p.name, p.default, p.annotation) for f in funcs for p in inspect.signature(f).parameters.values()]
+    real = {}
+    for option, default, annotation in declared:  # the first declaration counts, as in the options' defaults
+        real.setdefault(option, isinstance(default, float) or (default is None and _annotated_float(annotation)))
+    return frozenset(option for option, is_real in real.items() if is_real)
+
+
+def _annotated_float(annotation) -> bool:
+    """Whether an annotation (a type or, under ``from __future__ import annotations``, its text) is a float, or None."""
+    text = getattr(annotation, "__name__", str(annotation))
+    return set(re.findall(r"\w+", text)) - {"None", "Optional"} == {"float"}
+
+
+def _as_declared(value, option: str, floats: frozenset):
+    """``value`` as its option declares it: an integer (not a bool) for a real-valued option becomes a float."""
+    return float(value) if option in floats and _is_int(value) else value
 
 
 # --------------------------------------------------------------------------------------- expressions
@@ -442,11 +489,14 @@ class Experiment:
         A grid point is resolved once and its seeds share the result, so that a grid of 250 000
         runs expands in seconds.
         """
-        self._check_shared_hyperparameters()
+        self._check_params(self._check_shared_hyperparameters())
         specs = []
         for grid in self.grids:
+            shared = [k[len("algorithm."):] for k in grid.axes if _shared_key(k)]
             for point in grid.points():
                 base = _copy_tables(self.run)
+                for key in shared:  # the grid's value wins over the file's per-method ones
+                    self._drop_per_method(base, key)
                 for key, value in point.items():
                     _assign(base, key, value)
                 resolved = self._resolve(base, grid)
@@ -477,6 +527,73 @@ class Experiment:
         for key in sorted(shared - {"name"} - known):
             raise self.error(f"none of the methods {', '.join(sorted(names))} has a hyperparameter {key!r}; "
                              f"theirs are {', '.join(sorted(known))}", self._grid_or_run(f"algorithm.{key}"))
+        return known
+
+    def _check_params(self, hyperparameters: set):
+        """Refuse ``params`` that an expression could not see: the names of the run (``n``, ``Q``, ``K``) and
+        the methods' hyperparameters come first."""
+        names = set(self.run.get("params", {}))
+        for grid in self.grids:
+            names |= {k.split(".", 1)[1] for k in grid.axes if k.startswith("params.")}
+        builtin = {"n": "the number of clients (dataset.n_clients)", "Q": "algorithm.local_steps",
+                   "K": "algorithm.local_steps"}
+        for name in sorted(names & (set(builtin) | hyperparameters)):
+            raise self.error(f"a params value cannot be called {name!r}: in expressions {name} is "
+                             f"{builtin.get(name, f'the hyperparameter algorithm.{name}')}, which would hide it; "
+                             "choose another name", _param_path(self, name))
+
+    def _methods(self, grid: Grid) -> set[str]:
+        """The methods that ``grid`` runs, in their registered spelling (:meth:`expand` reports unknown names)."""
+        from fedopt import algorithms
+
+        known = {n.replace("_", "-").lower(): n for n in algorithms.available()}
+        names = grid.axes.get("algorithm.name") or [self.run.get("algorithm", {}).get("name")]
+        return {known[n.replace("_", "-").lower()] for n in names
+                if isinstance(n, str) and n.replace("_", "-").lower() in known}
+
+    def _check_per_method(self, assigned=False):
+        """Refuse hyperparameters set for a method that the experiment never runs, or a grid axis on one that
+        its grid never runs: they would change nothing, and the axis would label identical runs differently.
+
+        ``assigned``: after :meth:`override`, check the per-method keys it set, and drop the per-method axes
+        that ``--set algorithm.name`` left unused (as it drops the axis on the name).
+        """
+        from fedopt import algorithms
+
+        everywhere = set()
+        for grid in self.grids:
+            runs = self._methods(grid)
+            everywhere |= runs
+            for key in list(grid.axes):
+                section, method, name = [*key.split("."), "", ""][:3]
+                if not (section == "algorithm" and name and method in algorithms.available()) or method in runs:
+                    continue
+                if assigned:
+                    del grid.axes[key]
+                    continue
+                raise self.error(f"varies a hyperparameter of {method}, which this grid never runs (it runs "
+                                 f"{', '.join(sorted(runs))}): vary \"algorithm.{name}\" (every method that has it) "
+                                 f"or \"algorithm.METHOD.{name}\" for one of those, or add {method} to the grid's "
+                                 "\"algorithm.name\" axis", f"grid[{grid.index}].{key}")
+        for method, table in self.run.get("algorithm", {}).items():
+            if (isinstance(table, dict) and method in algorithms.available() and method not in everywhere
+                    and (not assigned or self._overridden(f"algorithm.{method}", below=True))):
+                raise self.error(f"[run.algorithm.{method}] sets hyperparameters of {method}, which this experiment "
+                                 f"never runs (it runs {', '.join(sorted(everywhere))}): remove it, or run {method} "
+                                 "(\"algorithm.name\" = [...] in a [[grid]])", f"run.algorithm.{method}")
+
+    def _overridden(self, path: str, below: bool = False) -> bool:
+        """Whether ``--set`` gave ``path`` (or a table holding it; ``below``: or a key inside it)."""
+        return any(path == k or path.startswith(k + ".") or (below and k.startswith(path + "."))
+                   for k in self.overrides)
+
+    def _drop_per_method(self, run: dict, key: str):
+        """Remove ``key`` from the ``[run.algorithm.METHOD]`` tables of ``run``, except where ``--set`` put it:
+        a grid axis or ``--set`` on a shared hyperparameter wins over the file's per-method values."""
+        algorithm = run.get("algorithm", {})
+        for method, table in list(algorithm.items()):
+            if isinstance(table, dict) and key in table and not self._overridden(f"algorithm.{method}.{key}"):
+                algorithm[method] = {k: v for k, v in table.items() if k != key}
 
     def _grid_or_run(self, key):
         for grid in self.grids:
@@ -540,7 +657,7 @@ class Experiment:
             except ValueError as err:
                 raise self.error(str(err), where("eval_clients")) from None
         if run.get("divergence") is not None:
-            rule = self._divergence(run["divergence"], where("divergence"))
+            rule = self._divergence(run["divergence"], grid)
             if rule is not None:  # the default rule stays out of the configuration (and its key)
                 config["divergence"] = rule
         return config
@@ -553,17 +670,21 @@ class Experiment:
         result = self._expression(value, names, path)
         return int(result) if float(result).is_integer() else result
 
-    def _divergence(self, value, path):
+    def _divergence(self, value, grid: Grid):
         """A non-default divergence rule in its canonical form (False: off), or None for the default rule."""
         from fedopt.run import Divergence
 
         try:
             rule = Divergence.parse(value)
         except (TypeError, ValueError) as err:
-            raise self.error(str(err), path) from None
+            # blame the grid axis that set the rule or the field the message names, else [run]'s table
+            fields_named = {f"divergence.{name}" for name in re.findall(r"\w+", str(err))}
+            axes = [k for k in grid.axes if k == "divergence" or k in fields_named]
+            raise self.error(str(err), f"grid[{grid.index}].{axes[0]}" if axes else "run.divergence") from None
         if rule is None:
             return False
-        return None if rule == Divergence() else {k: v for k, v in vars(rule).items()}
+        floats = frozenset(f.name for f in fields(Divergence) if _annotated_float(f.type))
+        return None if rule == Divergence() else {k: _as_declared(v, k, floats) for k, v in vars(rule).items()}
 
     def _section(self, base, section, options_of, names_of, where, expression_names=None):
         table = dict(base.get(section, {}))
@@ -578,6 +699,7 @@ class Experiment:
         if name not in names_of():
             raise self.error(_unknown_name(section, name, names_of()), where(f"{section}.name"))
         options = options_of(name)
+        floats = _float_options(section, name)
         resolved = {"name": name}
         for key, value in table.items():
             if key not in options:
@@ -592,6 +714,9 @@ class Experiment:
                     raise self.error(f"{section} {name!r}: {key} must be an integer, got {value!r}{fix}",
                                      where(f"{section}.{key}"))
                 value = int(value)
+            value = _as_declared(value, key, floats)
+            if _later(name, key) and _same(value, options[key]):
+                continue  # an option added later, at its default: out of the key, as when it is not set
             resolved[key] = value
         missing = [k for k, v in options.items() if v is inspect.Parameter.empty and k not in resolved]
         if missing:
@@ -640,14 +765,15 @@ class Experiment:
         for key, text in pending.items():
             merged[key] = self._expression(text, names, where(origin[key]))  # raises with the reason
         resolved = {"name": name}
+        floats = _float_options("algorithm", name)
         for key, default in defaults.items():
-            if _later(name, key) and key not in merged:
-                continue
-            value = merged.get(key, default)
-            if _is_int(default) and _is_number(value) and not isinstance(value, bool):
+            value = _as_declared(merged.get(key, default), key, floats)
+            if _is_int(default) and _is_number(value):
                 if value != int(value):
                     raise self.error(f"{key} of {name} must be an integer, got {value!r}", where(origin.get(key, key)))
                 value = int(value)
+            if _later(name, key) and _same(value, default):
+                continue  # an option added later, at its default: out of the key, as when it is not set
             resolved[key] = value
         return resolved
 
@@ -709,11 +835,16 @@ class Experiment:
                     grid.axes = {k: v for k, v in grid.axes.items() if not k.startswith(key + ".")}
             else:
                 _check_path(key, exp, label)
+                shared, name = _shared_key(key), key.removeprefix("algorithm.")
+                if shared:  # fixed for every method: the file's per-method values give way
+                    exp._drop_per_method(exp.run, name)
                 _assign(exp.run, key, value)
-                for grid in exp.grids:
-                    grid.axes.pop(key, None)
+                for grid in exp.grids:  # and the axes on it, for one method too when it is shared
+                    grid.axes = {k: v for k, v in grid.axes.items() if k != key
+                                 and not (shared and k.startswith("algorithm.") and k.split(".")[2:] == [name])}
             exp.overrides[key] = value
             exp.origins[key] = label
+        exp._check_per_method(assigned=True)
         return exp
 
     def shortened(self, rounds: int = 2, seeds: int = 1, values: int = 2) -> Experiment:
@@ -764,6 +895,11 @@ def _unknown_name(section: str, name, choices) -> str:
     return message
 
 
+def _shared_key(path: str) -> bool:
+    """Whether ``path`` is a hyperparameter of ``[run.algorithm]`` shared by the methods (``algorithm.gamma``)."""
+    return path.startswith("algorithm.") and path.count(".") == 1 and path != "algorithm.name"
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -772,9 +908,14 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _same(value, default) -> bool:
+    """Whether ``value`` is ``default`` as stored (``True == 1`` and ``1 == 1.0`` in Python, not in a key)."""
+    return type(value) is type(default) and value == default
+
+
 #: Options (of problems and methods) added after stores were written, recorded only when a run
-#: sets them: recording their defaults would change the key of every stored run that has them,
-#: and a resumed sweep would run those again.
+#: sets them to another value than their default: recording their defaults would change the key
+#: of every stored run that has them, and a resumed sweep would run those again.
 #: An entry is an option's name (of any problem or method) or a (data set or problem, option) pair.
 LATER_OPTIONS = frozenset({"loss", "clients_per_round", "sampling",  # MLP's loss; the server methods' cohorts
                            ("fedprox_synthetic", "samples_per_client"), ("fedprox_synthetic", "dtype"),
@@ -817,8 +958,10 @@ def _assign(table: dict, path: str, value):
 def _check_path(key: str, exp: Experiment, path: str):
     head, _, rest = key.partition(".")
     if not rest:
-        if head not in RUN_KEYS - {"seeds"}:
-            raise exp.error(f"unknown key; a run takes {', '.join(sorted(RUN_KEYS))} and the tables "
+        if head == "seeds":  # the trials of every grid point, not a setting of a run
+            raise exp.error("seeds are not a grid axis: set them with [run] seeds = [...] or --set seeds=[...]", path)
+        if head not in RUN_KEYS:
+            raise exp.error(f"unknown key; a run takes {', '.join(sorted(RUN_KEYS - {'seeds'}))} and the tables "
                             f"{', '.join(SECTIONS)}", path)
     elif head not in SECTIONS and head != "divergence":
         raise exp.error(f"unknown table {head!r}; the tables of a run are {', '.join(SECTIONS)}", path)
@@ -934,7 +1077,8 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
     exp.claims = [parse_claim(table, i, grids_by_name, columns, exp.error) for i, table in enumerate(claims)]
     if len({c.name for c in exp.claims}) < len(exp.claims):
         raise exp.error("two claims share a name", "claim")
-    exp.expand()  # validates every run now, before anything executes
+    check_rounds(exp.claims, exp.expand(), exp.error)  # validates every run now, before anything executes
+    exp._check_per_method()
     for param in sorted(used):
         if not re.search(rf"\b{re.escape(param)}\b", _expressions_text(exp)):
             raise exp.error("this parameter is never used in an expression", _param_path(exp, param))
