@@ -239,6 +239,16 @@ def test_errors_name_the_key_and_its_line(edit, key, message):
     assert wanted in text.splitlines()[err.line - 1], (err.line, str(err))
 
 
+def test_fields_of_a_divergence_rule_turned_off_are_refused_and_those_of_the_default_rule_set():
+    off = TINY.replace("metric_gamma = 4.0", "metric_gamma = 4.0\ndivergence = false")
+    axis = off.replace('"algorithm.local_steps" = [1, 2]', '"divergence.objective_factor" = [10.0]')
+    for text, assignments in ((axis, {}), (off, {"divergence.objective_factor": 10.0})):
+        with pytest.raises(ConfigError, match=r"sets a field of the divergence rule, which \[run\] turns off"):
+            tiny(text).override(assignments)  # a TypeError from inside the table once
+    on = tiny(off.replace("divergence = false", "divergence = true"))
+    assert on.override({"divergence.objective_factor": 10.0}).expand()[0].config["divergence"]["objective_factor"] == 10
+
+
 def test_toml_syntax_errors_and_unknown_tables():
     with pytest.raises(ConfigError, match="line 3"):
         tiny("[run]\nrounds = 1\nseeds = [0,,]\n")

@@ -96,7 +96,7 @@ class VIProblem(PointArguments):
     #: ``V(z) = M z + h`` (the restricted gap is then exact).
     is_affine: ClassVar[bool] = True
 
-    def __init__(self, n_clients=8, sigma=0.0, heterogeneity=0.0, radius=None, seed=0, dtype="float64",
+    def __init__(self, n_clients=8, sigma=0.0, heterogeneity=0.0, radius: float | None = None, seed=0, dtype="float64",
                  backend="auto"):
         self.n_clients = count("n_clients", n_clients)
         self.sigma = real("sigma", sigma)

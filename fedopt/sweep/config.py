@@ -951,6 +951,8 @@ def _copy_tables(table: dict) -> dict:
 def _assign(table: dict, path: str, value):
     parts = path.split(".")
     for part in parts[:-1]:
+        if table.get(part) is True:  # divergence = true, the default rule: a key sets one of its fields
+            table[part] = {}
         table = table.setdefault(part, {})
     table[parts[-1]] = value
 
@@ -967,6 +969,9 @@ def _check_path(key: str, exp: Experiment, path: str):
         raise exp.error(f"unknown table {head!r}; the tables of a run are {', '.join(SECTIONS)}", path)
     elif head == "params" and "." in rest:
         raise exp.error("params are plain names (params.alpha)", path)
+    elif head == "divergence" and exp.run.get("divergence") is False:
+        raise exp.error("sets a field of the divergence rule, which [run] turns off (divergence = false): "
+                        "remove one of the two", path)
 
 
 def _check_seeds(value, exp, path):
