@@ -2,12 +2,15 @@
 state kept, SCAFFOLD's control-variate rule, unbiased aggregates, cohort-sized rounds."""
 
 import copy
+import re
+import warnings
 from dataclasses import replace
 
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import GridSearchCV
 from sklearn.preprocessing import StandardScaler
 
 import fedopt
@@ -227,6 +230,46 @@ def test_bad_cohorts_are_refused_with_the_fix():
         assert np.isfinite(run.history["objective"]).all()
         exact = weightless.loss(run.x) + regularizer("fednmap").value(run.x)  # the sample is every weighted client
         np.testing.assert_allclose(run.history["objective"][-1], exact)
+
+
+def test_numpy_counts_and_fractions_of_clients_are_taken():
+    # what GridSearchCV passes from np.arange or np.linspace: ints and floats, so that cohort_size reads them
+    for value, taken, size in ((np.int64(4), 4, 4), (np.int32(4), 4, 4), (np.float32(0.5), 0.5, 6),
+                               (np.float64(4.0), 4, 4), (np.float32(4.0), 4, 4)):
+        method = fedopt.algorithms.make("fednmap", clients_per_round=value)
+        assert method.clients_per_round == taken and type(method.clients_per_round) is type(taken)
+        assert method.cohort_size(12) == size
+    for bad in (np.int64(0), np.float32(1.5), np.bool_(True), np.float64(np.inf), np.float32(np.nan)):
+        with pytest.raises(ValueError, match=re.escape("clients_per_round must be a count >= 1, a fraction in "
+                                                       f"(0, 1] or None (every client), got {bad!r}")):
+            fedopt.algorithms.make("fednmap", clients_per_round=bad)
+    X, y = load_breast_cancer(return_X_y=True)
+    X, y = StandardScaler().fit_transform(X), y.astype(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        search = GridSearchCV(FederatedLasso(0.01, n_clients=8, max_rounds=20, random_state=0),
+                              {"clients_per_round": np.arange(2, 5)}, cv=2, error_score="raise").fit(X, y)
+        est = FederatedLasso(0.01, n_clients=8, clients_per_round=np.int64(2), max_rounds=20, random_state=0).fit(X, y)
+    assert search.best_params_["clients_per_round"] in (2, 3, 4)
+    assert est.history_["grad_evals"][-1] == 2 * est.local_steps * est.n_iter_  # 2 clients a round
+
+
+def test_an_estimator_checks_cohorts_and_refuses_them_for_a_method_without():
+    X, y = load_breast_cancer(return_X_y=True)
+    X, y = StandardScaler().fit_transform(X), y.astype(float)
+    for algorithm in ("fednmap", "scaffnew"):  # checked whatever the method
+        with pytest.raises(ValueError, match=re.escape("clients_per_round must be a count >= 1, a fraction in (0, 1] "
+                                                       "or None (every client), got -5")):
+            FederatedLasso(0.0, algorithm=algorithm, clients_per_round=-5).fit(X, y)
+        with pytest.raises(ValueError, match="sampling must be one of 'uniform', 'weighted', got 'nonsense'"):
+            FederatedLasso(0.0, algorithm=algorithm, sampling="nonsense").fit(X, y)
+    for name, value, default in (("clients_per_round", 3, None), ("clients_per_round", 1.0, None),
+                                 ("sampling", "weighted", "uniform")):
+        with pytest.raises(ValueError, match=re.escape(
+                f"algorithm='scaffnew' draws no cohorts (every client takes part in every round), so it cannot take "
+                f"{name}={value!r}: leave {name}={default!r}, or use a method that samples clients: fednmap, zhang, "
+                "fedcanon, fedcanon2, scaffold, fedavg, fedmid, fedda, feddr, fedadmm")):
+            FederatedLasso(0.0, algorithm="scaffnew", **{name: value}).fit(X, y)
 
 
 def test_estimators_take_cohorts():

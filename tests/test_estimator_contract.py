@@ -1,6 +1,7 @@
 """scikit-learn's contract beyond check_estimator: sample weights, warm starts, partial_fit, float32,
 client weights and the metadata routing of ``clients``."""
 
+import re
 import warnings
 
 import numpy as np
@@ -19,6 +20,7 @@ from fedopt.estimators import (
     FederatedMLPClassifier,
     FederatedMLPRegressor,
 )
+from fedopt.estimators._gap import logistic_scale
 
 
 def diabetes():
@@ -104,6 +106,26 @@ def test_bad_sample_weights_are_refused_and_zero_weights_drop_rows():
     assert est.n_clients_ == 3
 
 
+def test_a_class_of_zero_weight_is_refused_where_its_intercept_has_no_minimum():
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    binary = (y > 0).astype(int)
+    for labels, weights, label in ((binary, (y == 0).astype(float), 1), (y, (y > 0).astype(float), 0)):
+        with pytest.raises(ValueError, match=re.escape(
+                f"FederatedLogisticRegression with fit_intercept=True needs positive sample_weight on every class, "
+                f"but class {label} has weight 0 on all its samples: the log-loss then has no minimum (that class's "
+                "intercept falls without bound); drop its samples, or set fit_intercept=False")):
+            FederatedLogisticRegression(n_clients=3).fit(X, labels, sample_weight=weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # the penalty bounds the coefficients: a minimum
+        est = FederatedLogisticRegression(n_clients=3, fit_intercept=False, random_state=0)
+        est.fit(X, binary, sample_weight=(y == 0).astype(float))
+    assert (est.predict(X[y == 0]) == 0).all()
+    # the yardstick of one class: 0, where shares that sum to 1 + 2e-16 gave -4e-16 (or +2e-16 for 7 samples)
+    for n in (7, 50):
+        assert logistic_scale(np.zeros(n, dtype=int), 2, True, np.full(n, 1 / n)) == 0.0
+
+
 def test_uniform_client_weights_equal_sample_weights_of_one_over_the_client_size():
     X, y, clients = diabetes()
     clients = np.minimum(clients, 2)  # unequal clients: 110, 111 and 221 samples
@@ -147,6 +169,24 @@ def test_partial_fit_continues_the_run():
         full = FederatedLasso(0.1, eval_every=20, max_rounds=100, tol=0, random_state=0).fit(X, y)
     np.testing.assert_allclose(online.coef_, full.coef_, rtol=1e-12)  # the method's state carries over
     assert online.dual_gap_ == pytest.approx(full.dual_gap_, rel=1e-10)
+
+
+@pytest.mark.parametrize("make", [lambda: FederatedMLPRegressor(hidden_layer_size=8, n_clients=4, max_rounds=30),
+                                  lambda: FederatedLasso(0.01, n_clients=4, fit_intercept=False, gamma=1.0)])
+def test_partial_fit_on_float32_after_a_float64_fit_goes_on_in_float32(make):
+    X, y = load_diabetes(return_X_y=True)
+    X, y = StandardScaler().fit_transform(X), (y - y.mean()) / y.std()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = make().set_params(random_state=0).fit(X, y)
+    rounds = est.history_["round"][-1]
+    est.partial_fit(X.astype(np.float32), y)
+    params = [est.coef_] if hasattr(est, "coef_") else est.coefs_ + est.intercepts_
+    assert all(p.dtype == np.float32 for p in params) and est.predict(X.astype(np.float32)).dtype == np.float32
+    assert est.n_iter_ == est.eval_every and est.history_["round"][-1] == rounds + est.eval_every  # numbered on
+    est.partial_fit(X, y)  # and back
+    params = [est.coef_] if hasattr(est, "coef_") else est.coefs_ + est.intercepts_
+    assert all(p.dtype == np.float64 for p in params)
 
 
 def test_classifier_partial_fit_takes_the_classes_first_and_batches_without_some():

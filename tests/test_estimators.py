@@ -1,6 +1,7 @@
 """The scikit-learn estimators: conformance, scikit-learn's answers, the digits MLP, and composition."""
 
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 from sklearn.base import clone
-from sklearn.datasets import load_digits, load_iris
+from sklearn.datasets import load_diabetes, load_digits, load_iris
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Lasso, LinearRegression, LogisticRegression
 from sklearn.model_selection import GridSearchCV, GroupKFold, train_test_split
@@ -248,6 +249,26 @@ def test_a_fit_on_minibatches_that_stops_short_names_the_noise_floor():
     assert "may settle short" not in str(caught[0].message)  # FedNMap has no biased fixed point
 
 
+@pytest.mark.parametrize("penalty, concavity, cap, bound, times", [
+    ("mcp", "3", "1.5", "concavity = 3", "695"), ("scad", "3.7", "1.35", "concavity - 1 = 2.7", "773")])
+def test_the_warning_names_the_weak_convexity_cap_on_gamma_where_it_sets_the_rounds(penalty, concavity, cap, bound,
+                                                                                    times):
+    X, y = load_diabetes(return_X_y=True)  # features of standard deviation 0.048: L = 0.00959, 1 / L = 104
+    est = FederatedSparseRegressor(0.1, penalty=penalty, n_clients=4, max_rounds=30, random_state=0)
+    with pytest.warns(ConvergenceWarning) as caught:
+        est.fit(X, y)
+    message = str(caught[0].message)
+    assert message.endswith(
+        f"Raise max_rounds or tol, or check the step sizes. The rounds grow with 1 / gamma, and the weakly convex "
+        f"penalty='{penalty}' with concavity={concavity} caps gamma at {cap} "
+        f"(half of {bound}), {times} times below the local_steps / L = 1.04e+03 that the smoothness L = 0.00959 "
+        "allows. Features on a larger scale (StandardScaler; then choose alpha anew) give each round's gamma more "
+        "curvature to act on, and a larger concavity raises the cap.")
+    with pytest.warns(ConvergenceWarning) as caught:
+        est.set_params(gamma=1.0).fit(X, y)  # the user's gamma, not the cap
+    assert "caps gamma" not in str(caught[0].message)
+
+
 @pytest.mark.parametrize("method", SMOOTH_METHODS)
 def test_methods_without_a_prox_fit_alpha_zero_and_refuse_a_penalty(method):
     X, y, clients = regression(n=120, d=4)
@@ -422,6 +443,37 @@ def test_parameter_errors_name_the_estimators_own_parameters(estimator, message)
     X, y, _ = classification(n=60, d=3)
     with pytest.raises(ValueError, match=message):
         estimator.fit(X, y)
+
+
+def test_lr_server_none_is_the_default_one():
+    X, y, _ = regression()
+    for estimator in (FederatedLasso(0.1, random_state=0),
+                      FederatedMLPRegressor(hidden_layer_size=4, max_rounds=20, random_state=0)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            default = clone(estimator).set_params(lr_server=1.0).fit(X, y)
+            none = clone(estimator).set_params(lr_server=None).fit(X, y)
+        np.testing.assert_array_equal(none.predict(X), default.predict(X))
+        assert none.n_iter_ == default.n_iter_
+
+
+@pytest.mark.parametrize("estimator, message", [
+    (FederatedSparseRegressor(gamma=100), "gamma=100 is too large for penalty='mcp' with concavity=3: its prox needs "
+                                          "gamma < concavity = 3; lower gamma, or leave gamma=None for the default, "
+                                          "which is capped at half that bound"),
+    (FederatedSparseRegressor(concavity=5, gamma=5), "gamma=5 is too large for penalty='mcp' with concavity=5: its "
+                                                     "prox needs gamma < concavity = 5;"),
+    (FederatedLogisticRegression(penalty="scad", gamma=10),
+     "gamma=10 is too large for penalty='scad' with concavity=3.7: its prox needs gamma < concavity - 1 = 2.7;"),
+    (FederatedLogisticRegression(penalty="scad", algorithm="fedmid", lr_local=1.0),  # the method's own prox step
+     "lr_server * lr_local * local_steps (FedMiD's server prox step)=10 is too large for penalty='scad' with "
+     "concavity=3.7: the prox of a 0.37037-weakly convex regularizer needs"),
+])
+def test_a_prox_parameter_too_large_for_the_penalty_is_named_in_the_estimators_terms(estimator, message):
+    X, y, _ = classification(n=60, d=3)
+    with pytest.raises(ValueError, match=re.escape(message)) as caught:
+        estimator.fit(X, y if isinstance(estimator, FederatedLogisticRegression) else y.astype(float))
+    assert "step=" not in str(caught.value) and "Masked" not in str(caught.value)
 
 
 @pytest.mark.parametrize("partition", ["dirichlet", "shards"])

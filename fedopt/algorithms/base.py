@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import numbers
 import reprlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
@@ -82,13 +83,19 @@ SAMPLING = ("uniform", "weighted")
 
 
 def clients_count(value, name: str):
-    """``value`` checked as a number of clients: a count >= 1, a fraction in (0, 1], or None (all)."""
-    if isinstance(value, float) and value > 1 and value == int(value):  # 100.0 from an expression: a count
-        value = int(value)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or
-                              (isinstance(value, float) and value > 1)):
+    """``value`` checked as a number of clients: a count >= 1, a fraction in (0, 1], or None (all).
+
+    Any integer (a NumPy one from a parameter grid, say) is returned as an int, any other real as a
+    float, or as an int where it is a whole number above 1 (``100.0`` from an expression: a count)."""
+    number = value
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+        if isinstance(value, numbers.Integral) or (number > 1 and number.is_integer()):
+            number = int(number)
+    if number is not None and (isinstance(number, bool) or not isinstance(number, int | float) or not number > 0 or
+                               (isinstance(number, float) and number > 1)):
         raise ValueError(f"{name} must be a count >= 1, a fraction in (0, 1] or None (every client), got {value!r}")
-    return value
+    return number
 
 
 def cohort_size(value, n_clients: int, name: str) -> int:

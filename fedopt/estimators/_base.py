@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import warnings
 
@@ -16,6 +17,7 @@ from sklearn.utils.validation import _check_sample_weight
 from fedopt import regularizers as R
 from fedopt.algorithms import ALGORITHMS, Start, canonical, make
 from fedopt.algorithms import hyperparameters as _accepted
+from fedopt.algorithms.base import SAMPLING, clients_count
 from fedopt.algorithms.decentralized import DecentralizedMethod
 from fedopt.algorithms.vi import VIMethod
 from fedopt.datasets import from_client_ids, partition
@@ -34,6 +36,8 @@ FLOAT32_TOL = 1e-5
 SERVER_METHODS = tuple(name for name, cls in ALGORITHMS.items() if not issubclass(cls, DecentralizedMethod | VIMethod))
 #: The server methods without a prox step: they take no penalty (their ``check`` refuses any regularizer but Zero).
 SMOOTH_METHODS = ("scaffold", "scaffnew")
+#: The server methods that take ``clients_per_round`` and ``sampling`` (partial participation).
+COHORT_METHODS = tuple(name for name in SERVER_METHODS if "clients_per_round" in _accepted(name))
 #: The partitions of :func:`fedopt.datasets.partition`; the last two split by class label (classifiers only).
 PARTITIONS = ("iid", "sorted", "dirichlet", "shards")
 LABEL_PARTITIONS = ("dirichlet", "shards")
@@ -79,6 +83,14 @@ class _FederatedEstimator(BaseEstimator):
             raise ValueError(f"algorithm={self.algorithm!r} has no prox step, so it fits no penalty: it needs "
                              f"alpha=0, got alpha={self.alpha!r}; use a composite method such as "
                              "algorithm='fednmap' for a penalized fit")
+        clients_count(self.clients_per_round, "clients_per_round")
+        if self.sampling not in SAMPLING:
+            raise ValueError(f"sampling must be one of {', '.join(map(repr, SAMPLING))}, got {self.sampling!r}")
+        for name, default in (("clients_per_round", None), ("sampling", "uniform")):
+            if canonical(self.algorithm) not in COHORT_METHODS and getattr(self, name) != default:
+                raise ValueError(f"algorithm={self.algorithm!r} draws no cohorts (every client takes part in every "
+                                 f"round), so it cannot take {name}={getattr(self, name)!r}: leave {name}={default!r}, "
+                                 f"or use a method that samples clients: {', '.join(COHORT_METHODS)}")
 
     def _check_number(self, name, low, *, integer=False, none=False, strict=False, high=None):
         """Refuse the parameter ``name`` unless it is a finite number (an integer) ``>= low`` (``> low``
@@ -156,7 +168,13 @@ class _FederatedEstimator(BaseEstimator):
         """
         # no client draws more samples per step than the largest client holds (tiny data sets)
         batch = None if self.batch_size is None else min(self.batch_size, int(problem.dataset.client_sizes.max()))
-        steps = {"local_steps": self.local_steps, "lr_local": lr_local, "lr_server": self.lr_server,
+        # checked before the prox below or the method's check, so that the error names the estimator's parameters
+        if gamma * regularizer.weak_convexity >= 1:
+            penalty, bound = _weakly_convex(regularizer)
+            raise ValueError(f"gamma={gamma:g} is too large for {penalty}: its prox needs gamma < {bound}; lower "
+                             "gamma, or leave gamma=None for the default, which is capped at half that bound")
+        lr_server = 1.0 if self.lr_server is None else self.lr_server
+        steps = {"local_steps": self.local_steps, "lr_local": lr_local, "lr_server": lr_server,
                  "gamma": gamma, "batch_size": batch, "clients_per_round": self.clients_per_round,
                  "sampling": self.sampling}
         accepted = _accepted(self.algorithm)
@@ -180,10 +198,14 @@ class _FederatedEstimator(BaseEstimator):
             first = Start.prox_of(regularizer, x0, gamma).x  # the model run() reports at round 0
             start = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
             tol = max(relative * start, floor)
-        # a continued run draws new minibatches: its generator is seeded past the rounds already run
-        result = run(self.algorithm, problem, regularizer, rounds=self.eval_every if partial else self.max_rounds,
-                     seed=seed if resume is None else seed + resume.round, x0=x0, eval_every=self.eval_every,
-                     metric_gamma=gamma, tol=tol, stop=stop, progress=False, resume=resume, **steps)
+        try:  # a continued run draws new minibatches: its generator is seeded past the rounds already run
+            result = run(self.algorithm, problem, regularizer, rounds=self.eval_every if partial else self.max_rounds,
+                         seed=seed if resume is None else seed + resume.round, x0=x0, eval_every=self.eval_every,
+                         metric_gamma=gamma, tol=tol, stop=stop, progress=False, resume=resume, **steps)
+        except ValueError as error:  # a method's prox step too large for the penalty: named in the estimator's terms
+            if regularizer.weak_convexity > 0 and f"too large for {regularizer!r}" in str(error):
+                raise ValueError(str(error).replace(repr(regularizer), _weakly_convex(regularizer)[0])) from None
+            raise
         self._state = dataclasses.replace(result.state, env=None)  # what partial_fit continues (no data kept)
         self._state_key = key
         self.n_iter_ = self.n_rounds_ = int(result.state.round - (0 if resume is None else resume.round))
@@ -198,7 +220,8 @@ class _FederatedEstimator(BaseEstimator):
             bias = ALGORITHMS[canonical(self.algorithm)].fixed_point_bias
             advice = [f"{self.algorithm} may settle short of the solution: {bias}. fednmap, zhang, feddr and fedadmm "
                       "reach it; a smaller lr_local shrinks the bias" if bias else
-                      "Raise max_rounds or tol, or check the step sizes", *_conditioning(problem, regularizer)]
+                      "Raise max_rounds or tol, or check the step sizes",
+                      *_conditioning(problem, regularizer, gamma, self.local_steps)]
             if batch is not None and batch < int(problem.dataset.client_sizes.max()):
                 advice.append(f"Minibatches of batch_size={batch} leave a noise floor that may lie above tol; "
                               "batch_size=None uses each client's full data")
@@ -209,16 +232,17 @@ class _FederatedEstimator(BaseEstimator):
     def _resumable(self, problem, key):
         """The last run's state when the same method can continue it on ``problem``, else None.
 
-        It needs the same shapes and the same ``key``: the steps, the penalty and the center. The
-        state's points hold the intercept of ``X - mu`` for the last batch's ``mu``, and its
-        pre-prox points and corrections are made with its steps (FedNMap's ``z`` with ``gamma``,
-        whose default ``local_steps / L`` follows the batch): read with another center or step,
-        they place the model elsewhere before any round runs.
+        It needs the same shapes, the same dtype (float32 data is fitted in float32) and the same
+        ``key``: the steps, the penalty and the center. The state's points hold the intercept of
+        ``X - mu`` for the last batch's ``mu``, and its pre-prox points and corrections are made
+        with its steps (FedNMap's ``z`` with ``gamma``, whose default ``local_steps / L`` follows
+        the batch): read with another center or step, they place the model elsewhere before any
+        round runs.
         """
         state = getattr(self, "_state", None)
         if state is None or state.method != canonical(self.algorithm) or not _same_key(key, self._state_key):
             return None
-        return state if state_fits(state, problem) else None
+        return state if state_fits(state, problem) and state.x.dtype == problem.dtype else None
 
     def _restart(self, problem, regularizer, steps, gamma, previous, seed):
         """The method's initial state at the fitted model ``previous`` (the problem's flat vector),
@@ -252,9 +276,9 @@ class _Regressor(RegressorMixin):
         """``eval_every`` more rounds from the fitted model on ``(X, y)`` (online training; no stopping rule).
 
         The rounds continue the last run's state (its corrections and pre-prox point) when that
-        state holds for this batch: the same steps, penalty and, for a fitted intercept, feature
-        means. A batch with another mean, or another smoothness where it sets the default
-        ``gamma``, restarts the method's state from the current model instead, so that the
+        state holds for this batch: the same steps, penalty, dtype and, for a fitted intercept,
+        feature means. A batch with another mean or dtype, or another smoothness where it sets the
+        default ``gamma``, restarts the method's state from the current model instead, so that the
         model moves by the rounds only.
         """
         return self._fit(X, y, clients, sample_weight, partial=True)
@@ -273,9 +297,9 @@ class _Classifier(ClassifierMixin):
 
         The first call needs ``classes``, every label that the batches may hold.
         The rounds continue the last run's state (its corrections and pre-prox point) when that
-        state holds for this batch: the same steps, penalty and, for a fitted intercept, feature
-        means. A batch with another mean, or another smoothness where it sets the default
-        ``gamma``, restarts the method's state from the current model instead, so that the
+        state holds for this batch: the same steps, penalty, dtype and, for a fitted intercept,
+        feature means. A batch with another mean or dtype, or another smoothness where it sets the
+        default ``gamma``, restarts the method's state from the current model instead, so that the
         model moves by the rounds only.
         """
         return self._fit(X, y, classes, clients, sample_weight, partial=True)
@@ -329,15 +353,25 @@ def _subgradient(regularizer, x):
     raise TypeError(f"no subgradient for {type(regularizer).__name__}")
 
 
-def _conditioning(problem, regularizer) -> list[str]:
+def _conditioning(problem, regularizer, gamma, local_steps) -> list[str]:
     """What sets a first-order method's rounds on a linear model, for the ConvergenceWarning: its
     smoothness ``L``, over the penalty's ridge strength ``l2`` where it has one (a ``Masked`` one's
     too), and the features' scales where they spread over more than 10x (nothing for other models):
     scales that differ stretch the loss's curvature along some directions only, while the step
-    ``1 / L`` is set by the steepest one."""
+    ``1 / L`` is set by the steepest one. Where a weakly convex penalty's cap ``1 / (2 rho)`` holds
+    the prox parameter ``gamma`` below the ``local_steps / L`` that ``L`` allows, the cap sets the
+    rounds instead: a round moves about ``gamma`` times the gradient, whatever ``L``."""
     if not hasattr(problem, "smoothness"):
         return []
     L, l2 = float(problem.smoothness().max()), getattr(getattr(regularizer, "base", regularizer), "l2", 0.0)
+    rho = regularizer.weak_convexity
+    if rho > 0 and math.isclose(gamma, 0.5 / rho) and gamma * L < local_steps:
+        penalty, bound = _weakly_convex(regularizer)
+        return [f"The rounds grow with 1 / gamma, and the weakly convex {penalty} caps gamma at {gamma:.3g} (half "
+                f"of {bound}), {local_steps / (gamma * L):.3g} times below the local_steps / L = "
+                f"{local_steps / L:.3g} that the smoothness L = {L:.3g} allows. Features on a larger scale "
+                "(StandardScaler; then choose alpha anew) give each round's gamma more curvature to act on, and a "
+                "larger concavity raises the cap"]
     measure = f"the condition number L / l2 = {L / l2:.3g}" if l2 > 0 else f"the smoothness L = {L:.3g}"
     advice = f"The rounds grow with {measure}"
     scales = _feature_scales(problem.dataset.X) * problem.dataset.scale
@@ -346,6 +380,16 @@ def _conditioning(problem, regularizer) -> list[str]:
         advice += (f", which features on a common scale (StandardScaler) usually lower: these have standard "
                    f"deviations from {varying.min():.3g} to {varying.max():.3g}")
     return [advice]
+
+
+def _weakly_convex(regularizer) -> tuple[str, str]:
+    """The estimators' MCP or SCAD penalty in ``regularizer`` (``Masked`` or not) in their own parameters,
+    and the bound ``1 / rho`` on a prox parameter in them: ``rho = 1 / concavity`` for MCP,
+    ``1 / (concavity - 1)`` for SCAD."""
+    base = getattr(regularizer, "base", regularizer)
+    if isinstance(base, R.MCP):
+        return f"penalty='mcp' with concavity={base.gamma:g}", f"concavity = {base.gamma:g}"
+    return f"penalty='scad' with concavity={base.a:g}", f"concavity - 1 = {base.a - 1:g}"
 
 
 def _feature_scales(X) -> np.ndarray:

@@ -200,8 +200,13 @@ def logistic_gap(X, codes, coef, intercept, l1, l2, fit_intercept, shares):
 
 
 def logistic_scale(codes, n_classes, fit_intercept, shares):
-    """The logistic gap's yardstick: the mean log-loss of zero coefficients (best intercepts with ``fit_intercept``)."""
+    """The logistic gap's yardstick: the mean log-loss of zero coefficients (best intercepts with ``fit_intercept``).
+
+    With ``fit_intercept`` it is the entropy of the class shares, taken of shares normalized to sum to 1,
+    so that it is exactly 0 when one class holds all the weight (shares summing to ``1 + 2e-16`` gave
+    ``-4e-16``, a yardstick below any gap)."""
     if not fit_intercept:
         return float(np.log(n_classes))
     share = np.bincount(codes, weights=shares, minlength=n_classes)
-    return float(-xlogy(share, share).sum())
+    share /= share.sum()
+    return max(0.0, float(-xlogy(share, share).sum()))

@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from fedopt import regularizers as R
 from fedopt.estimators._base import (
     FLOATS,
+    _checked_weights,
     _class_codes,
     _Classifier,
     _concave,
@@ -75,7 +76,8 @@ class FederatedLasso(_FederatedRegressor):
         The federated method, a name of :func:`fedopt.algorithms.available` that runs on a
         server: ``"fednmap"``, ``"fedcanon"``, ``"scaffold"``, ``"fedavg"``, ``"fedmid"``,
         ``"fedda"``, ``"feddr"``, ``"fedadmm"``, ``"scaffnew"``, ... It gets those of
-        ``local_steps``, ``lr_local``, ``lr_server``, ``gamma`` and ``batch_size`` it takes.
+        ``local_steps``, ``lr_local``, ``lr_server``, ``gamma`` and ``batch_size`` it takes
+        (``clients_per_round`` and ``sampling``: see below).
         ``"scaffold"`` and ``"scaffnew"`` have no prox step: they fit ``alpha = 0`` only (no
         penalty; the intercept is free) and refuse another ``alpha``.
         The fixed points of ``"fedcanon"``, ``"fedavg"``, ``"fedmid"`` and ``"fedda"`` miss the
@@ -97,17 +99,19 @@ class FederatedLasso(_FederatedRegressor):
     lr_local, lr_server, gamma : float or None
         Client step, server step and prox parameter. Defaults: ``lr_local = 1 / L`` with ``L``
         the largest client smoothness constant, ``gamma = local_steps / L`` (the effective step
-        ``lr_local * lr_server * local_steps``) and ``lr_server = 1``.
+        ``lr_local * lr_server * local_steps``) and ``lr_server = 1`` (also for ``lr_server=None``).
     batch_size : int or None, default None
         Samples per local gradient; None uses each client's full data (exact convergence).
     clients_per_round : int, float or None, default None
         Partial participation, an extension beyond the papers: the clients that take part in a
         round, a count or a fraction of ``n_clients``, drawn anew each round; None: all of them.
         The others keep their corrections; the method then stalls at a sampling noise floor, as
-        with minibatches.
+        with minibatches. A method that draws no cohorts (``"scaffnew"``) refuses any other
+        value than None.
     sampling : {"uniform", "weighted"}, default "uniform"
         How a round's clients are drawn: distinct and equally likely, or with replacement in
-        proportion to their weights (see :meth:`fedopt.algorithms.LocalStepsMethod.next_round`).
+        proportion to their weights (see :meth:`fedopt.algorithms.LocalStepsMethod.next_round`);
+        a method that draws no cohorts takes ``"uniform"`` only.
     max_rounds : int, default 10000
         Most communication rounds; ending there before ``tol`` is met warns with
         :class:`~sklearn.exceptions.ConvergenceWarning`.
@@ -246,7 +250,8 @@ class FederatedSparseRegressor(_FederatedRegressor):
     (:class:`~fedopt.regularizers.MCP`); ``"scad"`` is :class:`~fedopt.regularizers.SCAD`
     ``(lam=alpha, a=concavity)``. Both penalize small weights like the Lasso and leave large
     ones unbiased, and both are weakly convex: the default ``gamma`` of the method is capped at
-    ``1 / (2 rho)``. The objective is nonconvex unless the design is well conditioned
+    ``1 / (2 rho)``, and a ``gamma >= 1 / rho`` (``concavity`` for MCP, ``concavity - 1`` for SCAD)
+    is refused. The objective is nonconvex unless the design is well conditioned
     (``X^T X / n_samples`` above ``rho``), so the fit ends at a stationary point: ``tol`` is the
     relative natural-map residual ``||F_nat(x)||^2 <= tol * ||F_nat(x_0)||^2``.
 
@@ -321,7 +326,9 @@ class FederatedLogisticRegression(_Classifier, _FederatedLinear):
     only defined up to a common shift, and are returned with zero sum. ``X`` is centered on its
     weighted mean (the intercepts absorb it), sparse ``X`` implicitly so that it stays sparse:
     one-hot features shaped like a9a (11 % nonzero, in ``bench/bench_estimators.py``) take 840
-    rounds as CSR or dense (4 280 as CSR when sparse ``X`` was not centered).
+    rounds as CSR or dense (4 280 as CSR when sparse ``X`` was not centered). With a fitted
+    intercept, ``fit`` refuses a ``sample_weight`` that is zero on every sample of a class: that
+    class's intercept would fall without bound, and the objective has no minimum.
 
     Parameters
     ----------
@@ -335,7 +342,7 @@ class FederatedLogisticRegression(_Classifier, _FederatedLinear):
     algorithm, n_clients, partition, client_weights, local_steps, lr_local, lr_server, gamma, batch_size, \
 clients_per_round, sampling, max_rounds, eval_every, warm_start, backend, random_state
         As in :class:`FederatedLasso`; a ``rho``-weakly convex penalty (MCP, SCAD) caps the default
-        ``gamma`` at ``1 / (2 rho)``.
+        ``gamma`` at ``1 / (2 rho)`` and refuses a ``gamma >= 1 / rho``.
     tol : float, default 1e-7
         Stop at the first evaluation where the duality gap of the objective (``dual_gap_``, an
         upper bound on its distance to the minimum; the Fenchel dual of the log-loss is the
@@ -410,6 +417,14 @@ clients_per_round, sampling, max_rounds, eval_every, warm_start, backend, random
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=FLOATS, reset=not self._previous(partial))
         check_classification_targets(y)
         self.classes_, codes = _class_codes(self, y, classes, partial)
+        if self.fit_intercept and not partial and sample_weight is not None:
+            totals = np.bincount(codes, weights=_checked_weights(sample_weight, X), minlength=len(self.classes_))
+            if not totals.all():
+                label = self.classes_[np.argmin(totals)].tolist()
+                raise ValueError(f"{type(self).__name__} with fit_intercept=True needs positive sample_weight on every "
+                                 f"class, but class {label!r} has weight 0 on all its samples: the log-loss then has "
+                                 "no minimum (that class's intercept falls without bound); drop its samples, or set "
+                                 "fit_intercept=False")
         model = Logistic if len(self.classes_) == 2 else Softmax
         coef, intercept = self._fit_linear(model, X, codes, clients, "classification", penalty, sample_weight,
                                            partial, n_classes=len(self.classes_))
