@@ -32,6 +32,23 @@ def test_import_is_lazy():
     assert result.stdout.strip() == "[]"
 
 
+def test_the_cpu_kernels_make_idle_openmp_threads_sleep_unless_the_environment_says_otherwise():
+    """Spinning threads of two processes on the same cores wait for each other's time slices
+    (bench/bench_wait_policy.py): the kernels set OMP_WAIT_POLICY before Numba starts its threads."""
+    code = """
+        import os
+        import fedopt.kernels.cpu
+        print(os.environ.get("OMP_WAIT_POLICY"))
+        """
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    for preset, expected in (({}, "passive"), ({"OMP_WAIT_POLICY": "active"}, "active"),
+                             ({"GOMP_SPINCOUNT": "1000"}, "None")):
+        result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                                env={**clean, **preset}, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == expected, preset
+
+
 def test_cpu_backends_and_names():
     assert _backend.get_backend("numpy").name == "numpy"
     numba_backend = _backend.get_backend("numba")

@@ -49,6 +49,15 @@ def drop_stale_cache(folder: Path = Path(__file__).parent) -> bool:
 if numba_cache_enabled():
     drop_stale_cache()
 
+# GNU OpenMP, Numba's threading layer where libgomp is installed, keeps a thread that finished its
+# share of a parallel region spinning for a while before it sleeps. Two processes running parallel
+# kernels on the same cores (two runs, a run beside a sweep) then spin against each other's
+# threads: FedNMap rounds on the digits took 8 ms instead of 0.24 ms on two cores. Sleeping at
+# once costs about 13 us per parallel region on an idle machine (BENCHMARKS.md). It takes effect
+# when Numba first starts its threads, after this import; OMP_WAIT_POLICY=active keeps spinning.
+if "GOMP_SPINCOUNT" not in os.environ:
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 #: Below this many elements the fork/join of a parallel region costs more than it saves
 #: (measured on a 2-core machine, soft-thresholding: even at 32 768 float64 and 65 536 float32
 #: elements, 2x faster in parallel at 65 536 float64).
