@@ -480,8 +480,7 @@ class Experiment:
         for name, path in names:
             if name is not None and not isinstance(name, str):  # a list would not even be hashable
                 raise self.error(_unknown_name("algorithm", name, algorithms.available()), path)
-        known = {n.replace("_", "-").lower(): n for n in algorithms.available()}
-        return {known.get(n.replace("_", "-").lower(), n) for n, _ in names if n is not None}
+        return {_registered(n) or n for n, _ in names if n is not None}
 
     def expand(self) -> list[RunSpec]:
         """Every run of the experiment, in grid order then seed order (duplicates kept, same key).
@@ -544,12 +543,8 @@ class Experiment:
 
     def _methods(self, grid: Grid) -> set[str]:
         """The methods that ``grid`` runs, in their registered spelling (:meth:`expand` reports unknown names)."""
-        from fedopt import algorithms
-
-        known = {n.replace("_", "-").lower(): n for n in algorithms.available()}
         names = grid.axes.get("algorithm.name") or [self.run.get("algorithm", {}).get("name")]
-        return {known[n.replace("_", "-").lower()] for n in names
-                if isinstance(n, str) and n.replace("_", "-").lower() in known}
+        return {method for method in map(_registered, names) if method}
 
     def _check_per_method(self, assigned=False):
         """Refuse hyperparameters set for a method that the experiment never runs, or a grid axis on one that
@@ -893,6 +888,16 @@ def _unknown_name(section: str, name, choices) -> str:
     if isinstance(name, list):
         message += f'; a run has one {section}: to vary it, make it a grid axis, "{section}.name" = [...] in [[grid]]'
     return message
+
+
+def _registered(name) -> str | None:
+    """The registered spelling of the method ``name`` (case and ``_``/``-`` aside), or None for an unknown one."""
+    from fedopt import algorithms
+
+    try:
+        return algorithms.canonical(name) if isinstance(name, str) else None
+    except ValueError:
+        return None
 
 
 def _shared_key(path: str) -> bool:

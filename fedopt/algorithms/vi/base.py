@@ -23,9 +23,10 @@ class VIMethod(Algorithm):
     iterate), ``drift`` (``avg_m ||z^m - zbar||^2`` just before the round's synchronisation: the
     client drift of the paper's lemmas; 0 for minibatch-extragradient, whose clients take no
     step of their own, while one local step on heterogeneous clients already drifts) and
-    ``round_trips`` (dependent server round trips so far). ``stationarity`` is the squared natural residual of the
-    operator at ``x_o``, and ``objective`` the restricted gap (its upper bound where the exact
-    value is not available), so that the run's divergence checks see finite merit values.
+    ``round_trips`` (dependent server round trips so far). ``stationarity`` is the squared
+    natural residual of the operator at ``x_o``, and ``objective`` the restricted gap (its upper
+    bound where the exact value is not available), so that the run's divergence checks see
+    finite merit values.
     """
 
     extra_columns: ClassVar[tuple[str, ...]] = ("gap", "gap_bound", "duality_gap", "distance", "distance_last",

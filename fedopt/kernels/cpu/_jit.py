@@ -52,9 +52,10 @@ if numba_cache_enabled():
 # GNU OpenMP, Numba's threading layer where libgomp is installed, keeps a thread that finished its
 # share of a parallel region spinning for a while before it sleeps. Two processes running parallel
 # kernels on the same cores (two runs, a run beside a sweep) then spin against each other's
-# threads: FedNMap rounds on the digits took 8 ms instead of 0.24 ms on two cores. Sleeping at
-# once costs about 13 us per parallel region on an idle machine (BENCHMARKS.md). It takes effect
-# when Numba first starts its threads, after this import; OMP_WAIT_POLICY=active keeps spinning.
+# threads: FedNMap rounds on the digits took 8 ms instead of 0.25 ms on two cores. Alone, sleeping
+# at once costs 3-8 % of a round, and 16 us of the smallest parallel call (34 against 18 us for a
+# 2^16-element prox; BENCHMARKS.md). It takes effect when Numba first starts its threads, after
+# this import; OMP_WAIT_POLICY=active keeps spinning.
 if "GOMP_SPINCOUNT" not in os.environ:
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
