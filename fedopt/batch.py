@@ -318,7 +318,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     a list of problems holds, say, other partitions of the same data, with the same client count
     and parameters; each keeps its own client weights). The runs share the values that set a
     round's shape (``local_steps``, ``batch_size``, ...); :func:`fedopt.sweep` groups runs accordingly.
-    Runs whose proxes differ in form (an l1 and an MCP) run as separate batches.
+    Runs whose proxes differ in form (an l1 and an MCP) run as separate batches. A run without a
+    regularizer uses its problem's own, as :func:`fedopt.run` does.
 
     A run that diverges or stalls, or that reaches ``tol``, stops on its own and leaves the batch:
     its result keeps its history, and ``result.error`` holds the :class:`~fedopt.run.DivergenceError`
@@ -358,7 +359,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     for method, problem in zip(methods, problems, strict=True):
         method.check_problem(problem)
     problems = _same_shape(problems, backend)
-    regularizers = [as_regularizer(reg) for reg in _per_run("regularizer", regularizer, count)]
+    regularizers = [as_regularizer(reg, prob) for reg, prob in zip(_per_run("regularizer", regularizer, count),
+                                                                    problems, strict=True)]
     gammas = []
     for method, problem, reg, gamma in zip(methods, problems, regularizers,
                                            _per_run("metric_gamma", metric_gamma, count), strict=True):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import sys
 import textwrap
@@ -24,6 +25,10 @@ RESULTS = Path("results")
 LARGE_SWEEP = 20_000
 #: The exit status of ``sweep --check`` and ``report --check`` when a claim of the paper fails.
 CLAIM_FAILED = 3
+#: The last round's values that `fedopt run` prints (those the run has: a game has no test accuracy).
+_SUMMARY = (("||F_nat||^2", "stationarity", ".4e"), ("objective", "objective", ".6g"), ("gap", "gap", ".4e"),
+            ("distance to z*", "distance", ".4e"), ("test accuracy", "test_accuracy", ".4f"),
+            ("nonzeros", "nnz", "d"), ("prox evals", "prox_evals", "d"))
 
 #: What ``fedopt run`` starts from when no TOML file is given.
 DEFAULT_RUN = """
@@ -104,8 +109,8 @@ def _run(args) -> int:
     synthetic = exp.run["problem"]["name"] in VI_PROBLEMS  # a game: no data set, its own n_clients
     if synthetic:
         exp.run.pop("dataset", None)
-        if args.regularizer is None and not args.config:  # the default run's elastic net is for models
-            exp.run["regularizer"] = {"name": "zero"}
+        if args.regularizer is None and not args.config:  # the default run's elastic net is for models:
+            exp.run.pop("regularizer", None)  # the game's own phi (zero for most)
     clients = ("problem" if synthetic else "dataset") + ".n_clients"
     for flag, key, value in (("--rounds", "rounds", args.rounds), ("--n-clients", clients, args.n_clients),
                              ("--backend", "backend", args.backend),
@@ -143,9 +148,9 @@ def _run(args) -> int:
     print(f"    status {record['status']} on backend {record['backend']}, {record['run_seconds']:.2f}s")
     if history["round"]:  # empty when the run diverged at its first evaluation
         last = {k: v[-1] for k, v in history.items()}
-        print(f"    round {last['round']}: ||F_nat||^2 = {last['stationarity']:.4e}, objective = "
-              f"{last['objective']:.6g}, test accuracy = {last['test_accuracy']:.4f}, nonzeros = {last['nnz']}, "
-              f"prox evals = {last['prox_evals']}")
+        shown = ", ".join(f"{label} = {last[key]:{form}}" for label, key, form in _SUMMARY
+                          if key in last and not (isinstance(last[key], float) and math.isnan(last[key])))
+        print(f"    round {last['round']}: {shown}")
         _note_pruned(last["nnz"], cfg["regularizer"])
     rose = objective_rose(history) if record["status"] == "done" else None  # (a diverged run says more below)
     if rose:
@@ -361,6 +366,8 @@ def _show_sweep(store, sweep) -> None:
 def _bench(args) -> int:
     if args.list:
         return _bench_list()
+    if args.json:
+        _check_writable(Path(args.json), "--json")  # before the measurements, not after them
     if args.sweep:
         from fedopt.sweep.bench import bench_batch, bench_sweep, sweep_breakdown
 

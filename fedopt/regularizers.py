@@ -660,11 +660,12 @@ REGULARIZERS: dict[str, type[Regularizer]] = {
 }
 
 
-def as_regularizer(value) -> Regularizer:
-    """``value`` when it is a regularizer, :class:`Zero` for None; anything else (a name, a class)
-    is refused with the call that builds one."""
+def as_regularizer(value, problem=None) -> Regularizer:
+    """``value`` when it is a regularizer; for None, ``problem``'s own regularizer when it has one
+    (:class:`~fedopt.problems.vi.L1BilinearGame`'s l1), else :class:`Zero`; anything else (a name,
+    a class) is refused with the call that builds one."""
     if value is None:
-        return Zero()
+        return getattr(problem, "regularizer", None) or Zero()
     if isinstance(value, Regularizer):
         return value
     if isinstance(value, str):

@@ -335,7 +335,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         A name from :func:`fedopt.algorithms.available` (then ``hyperparameters`` build it) or an
         instance.
     problem : fedopt.problems.Problem
-    regularizer : fedopt.regularizers.Regularizer, default Zero()
+    regularizer : fedopt.regularizers.Regularizer or None
+        Default: the problem's own (the l1 of :class:`~fedopt.problems.vi.L1BilinearGame`), else Zero().
     rounds : int
     seed : int or None
         Seeds the one generator that draws every minibatch on the host, so that every backend
@@ -394,7 +395,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     """
     from fedopt.regularizers import as_regularizer
 
-    regularizer = as_regularizer(regularizer)
+    regularizer = as_regularizer(regularizer, problem)
     method = algorithms.make(algorithm, **hyperparameters)
     rounds, eval_every, rule = check_run_arguments(rounds, eval_every, tol, divergence)
     method.check_problem(problem)

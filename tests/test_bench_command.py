@@ -97,6 +97,20 @@ def test_bench_rejects_bad_counts_naming_the_option_before_any_work(args, messag
     assert exited.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("mode", [[], ["--sweep"], ["--startup"]])
+def test_bench_refuses_a_json_path_it_cannot_write_before_any_work(mode, tmp_path, capsys, monkeypatch):
+    from fedopt.sweep import bench as sweep_bench
+
+    def measured(*_args, **_kwargs):
+        raise AssertionError("measured before --json was checked")
+
+    for module, name in ((bench, "main"), (bench, "startup_seconds"), (sweep_bench, "bench_sweep")):
+        monkeypatch.setattr(module, name, measured)
+    (tmp_path / "a_file").write_text("")
+    assert main(["bench", *mode, "--json", str(tmp_path / "a_file" / "bench.json")]) == 2
+    assert "--json" in capsys.readouterr().err
+
+
 def test_bench_clients_replace_n_and_must_be_positive(capsys):
     assert main(["bench", "--clients", "3", "--family", "gossip", "--quick", "--dtype", "float64"]) == 0
     assert "n=3 p=" in capsys.readouterr().out

@@ -38,9 +38,22 @@ def test_run_a_game_without_a_data_set(tmp_path, capsys):
     out = tmp_path / "history.csv"
     assert main(["run", "--problem", "bilinear_game", "--algorithm", "lippax", "--rounds", "5", "--n-clients", "4",
                  "--set", "algorithm.lr_local=1.0", "--out", str(out)]) == 0
-    assert "bilinear_game + zero, no data set with 4 clients" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "bilinear_game + zero, no data set with 4 clients" in printed
+    assert "distance to z* = " in printed and "test accuracy" not in printed  # a game has none
     header, *rows = out.read_text().splitlines()
     columns = header.split(",")
     assert "gap" in columns and [row.split(",")[0] for row in rows] == ["0", "5"]
     first, last = (dict(zip(columns, map(float, row.split(",")), strict=True)) for row in (rows[0], rows[-1]))
     assert last["distance"] < first["distance"]
+
+
+def test_a_game_with_its_own_regularizer_runs_with_it(tmp_path, capsys):
+    out = str(tmp_path / "history.csv")
+    assert main(["run", "--problem", "l1_bilinear_game", "--algorithm", "local-dual-extrapolation", "--rounds", "2",
+                 "--out", out]) == 0
+    assert "l1_bilinear_game + l1," in capsys.readouterr().out
+    assert main(["run", "--problem", "l1_bilinear_game", "--algorithm", "lippax", "--rounds", "2", "--out", out]) == 2
+    assert "L1BilinearGame's own" in capsys.readouterr().err
+    assert main(["run", "--problem", "l1_bilinear_game", "--algorithm", "lippax", "--regularizer", "zero",
+                 "--rounds", "2", "--out", out]) == 0

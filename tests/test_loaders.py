@@ -12,6 +12,7 @@ from threadpoolctl import threadpool_limits
 
 from fedopt.datasets import (
     load_a9a,
+    load_digits,
     load_mnist,
     load_svmlight,
     loaders,
@@ -277,6 +278,11 @@ def test_generators_are_seeded_and_shaped(name):
     assert a.X_test is not None and a.X_test.shape[1] == a.n_features
     if name in SHAPES:
         assert (a.n_samples, a.n_features, len(a.y_test)) == SHAPES[name]
+
+
+def test_every_loader_takes_a_name():
+    assert load_digits(n_clients=2, name="mine").name == "mine"
+    assert make_mnist_like(200, n_clients=2, name="mine").name == "mine"
 
 
 def test_sparse_regression_has_the_promised_support():

@@ -181,6 +181,22 @@ def test_local_dual_extrapolation_reaches_the_composite_solution():
     assert np.isnan(result.history["gap"][-1]) and np.isfinite(result.history["gap_bound"]).all()
 
 
+def test_a_game_posed_with_its_own_regularizer_runs_with_it_by_default():
+    problem = small("l1_bilinear_game", n_clients=2)
+    default = run("local-dual-extrapolation", problem, rounds=3, seed=1)
+    own = run("local-dual-extrapolation", problem, problem.regularizer, rounds=3, seed=1)
+    batched, = fedopt.run_batch("local-dual-extrapolation", problem, rounds=3, seeds=[1], lr_local=0.2,
+                                x0=np.zeros(problem.n_params))
+    assert default.state.env.regularizer == batched.state.env.regularizer == L1(problem.lam)
+    np.testing.assert_array_equal(default.x, own.x)
+    np.testing.assert_array_equal(batched.x, own.x)
+    smooth = run("local-dual-extrapolation", problem, Zero(), rounds=3, seed=1)
+    assert not np.array_equal(smooth.x, own.x)
+    with pytest.raises(ValueError, match=r"L1BilinearGame's own, used when none is given: pass .*Zero\(\)"):
+        run("lippax", problem)
+    assert run("lippax", problem, Zero(), rounds=1).state.env.regularizer == Zero()
+
+
 def test_local_sgda_diverges_on_a_bilinear_game_where_extragradient_converges():
     problem = small("bilinear_game", n_clients=2, min_singular=0.5)
     sgda = run("local-sgda", problem, rounds=60, eval_every=60, local_steps=2, lr_local=0.5, divergence=None)

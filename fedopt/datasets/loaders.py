@@ -35,9 +35,9 @@ def load_digits(n_clients: int = 10, partition: str = "sorted", *, seed=0, test_
     held out first with the same ``seed``.
     """
     X, y = _digits()
+    partition_options.setdefault("name", f"digits/{partition}/{n_clients}")
     return split_among_clients(X / 16.0, y, n_clients, partition, seed=seed,
-                                test_size=test_size, dtype=dtype, name=f"digits/{partition}/{n_clients}",
-                                **partition_options)
+                                test_size=test_size, dtype=dtype, **partition_options)
 
 
 def _digits() -> tuple[np.ndarray, np.ndarray]:

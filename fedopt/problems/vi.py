@@ -31,6 +31,7 @@ smooth game, and a long deterministic forward-backward-forward run for a composi
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import ClassVar
 
@@ -216,8 +217,15 @@ class VIProblem(PointArguments):
             self._radius = max(1.0, float(np.linalg.norm(self.solution())))
         return self._radius
 
-    #: phi of the problem as posed: its solution is :meth:`solution` without an argument.
+    #: phi of the problem as posed: its solution is :meth:`solution` without an argument, and
+    #: :func:`fedopt.run` uses it when no regularizer is given.
     regularizer = None
+
+    @classmethod
+    def regularizer_table(cls, options: dict) -> dict:
+        """The ``[run.regularizer]`` table of :attr:`regularizer` for a problem built from ``options``
+        (a sweep's default)."""
+        return {"name": "zero"}
 
     def solution(self, regularizer=None) -> np.ndarray:
         """``z*`` with ``0 in V(z*) + dphi(z*)`` for ``phi = regularizer`` (default the problem's own), float64.
@@ -226,9 +234,9 @@ class VIProblem(PointArguments):
         forward-backward-forward run (Tseng) from the ``phi = 0`` solution until the natural
         residual is below ``1e-10 * max(1, ||V(0)||)``. Cached per regularizer.
         """
-        from fedopt.regularizers import Zero
+        from fedopt.regularizers import Zero, as_regularizer
 
-        regularizer = regularizer if regularizer is not None else (self.regularizer or Zero())
+        regularizer = as_regularizer(regularizer, self)
         key = regularizer if not isinstance(regularizer, Zero) else "zero"
         if key not in self._solutions:
             smooth = self._solutions.get("zero")
@@ -439,8 +447,9 @@ class L1BilinearGame(QuadraticSaddle):
 
     ``A in R^{n_y x n_x}`` and b have ``U[-1, 1]`` entries scaled by ``1/sqrt(n_x)``; in VI form
     ``V(x, y) = (A^T y, b - A x)`` and ``phi(z) = lam ||z||_1``, which is the problem's own
-    :attr:`regularizer` (``L1(lam)``): its :meth:`solution` is the composite one. Without phi
-    the game has many solutions (A is wide); the composite one is unique in general.
+    :attr:`regularizer` (``L1(lam)``): its :meth:`solution` is the composite one, and runs and
+    sweeps that name no regularizer use it. Without phi the game has many solutions (A is wide);
+    the composite one is unique in general.
     """
 
     name = "l1_bilinear_game"
@@ -453,6 +462,10 @@ class L1BilinearGame(QuadraticSaddle):
         self.regularizer = L1(self.lam)
         super().__init__(**options)
         self._options.update(n_x=n_x, n_y=n_y, lam=lam)
+
+    @classmethod
+    def regularizer_table(cls, options):
+        return {"name": "l1", "lam": options.get("lam", inspect.signature(cls).parameters["lam"].default)}
 
     def _blocks(self, rng):
         n_y, n_x = self._shape

@@ -199,6 +199,15 @@ def _problem_options(name: str) -> dict:
     return options
 
 
+def _own_regularizer(problem: dict) -> dict:
+    """The regularizer table of a run without one: the problem's own phi (the l1 of
+    ``l1_bilinear_game``), else zero, as :func:`fedopt.run` does."""
+    from fedopt.problems import PROBLEMS
+
+    own = getattr(PROBLEMS[problem["name"]], "regularizer_table", None)
+    return own(problem) if own is not None else {"name": "zero"}
+
+
 def _without_dataset(problem_name: str) -> bool:
     """Whether the problem is a synthetic operator of :mod:`fedopt.problems.vi` (no data set)."""
     from fedopt.problems import VI_PROBLEMS
@@ -613,7 +622,7 @@ class Experiment:
         else:
             dataset = self._section(base, "dataset", _dataset_options, dataset_names, where)
         clients = (dataset or problem).get("n_clients")
-        reg_table = dict(base.get("regularizer", {"name": "zero"}))
+        reg_table = dict(base.get("regularizer") or _own_regularizer(problem))
         reg_table.setdefault("name", "zero")
         base = {**base, "regularizer": reg_table}
         algorithm = self._algorithm(base, params, clients, where)

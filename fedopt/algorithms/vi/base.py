@@ -46,7 +46,9 @@ class VIMethod(Algorithm):
 
     def check(self, problem, regularizer):
         if not self.composite and regularizer.name != "zero":
-            raise ValueError(f"{self.name} solves V(z) = 0 without a regularizer, got {regularizer!r}; use "
+            own = (f" ({type(problem).__name__}'s own, used when none is given: pass fedopt.regularizers.Zero(), "
+                   "or name = \"zero\" in a sweep, for its smooth game)" if regularizer == problem.regularizer else "")
+            raise ValueError(f"{self.name} solves V(z) = 0 without a regularizer, got {regularizer!r}{own}; use "
                              "local-dual-extrapolation for a composite VI")
 
     def init(self, problem, regularizer, rng, x0=None):
