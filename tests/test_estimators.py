@@ -292,6 +292,27 @@ def test_methods_without_a_prox_fit_alpha_zero_and_refuse_a_penalty(method):
         make(method).check(None, R.L1(1.0))
 
 
+def test_scaffnew_takes_local_steps_as_its_mean_step_count():
+    X, y, clients = regression(n=120, d=4)
+    fits = {steps: FederatedLasso(0.0, algorithm="scaffnew", local_steps=steps, max_rounds=3, tol=0, random_state=0)
+            for steps in (2, 20)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for estimator in fits.values():
+            estimator.fit(X, y, clients=clients)
+    assert [fits[k]._state_key[0]["comm_prob"] for k in (2, 20)] == [0.5, 0.05]  # 1 / local_steps
+    evals = {k: fits[k].history_["grad_evals"][-1] for k in fits}
+    assert evals[20] > 3 * evals[2]  # Geometric(p) local steps: mean 1/p per round
+
+
+@pytest.mark.parametrize("method", ["feddr", "fedadmm", "scaffnew"])
+def test_methods_without_a_server_step_refuse_lr_server(method):
+    X, y, _ = regression(n=60, d=3)
+    with pytest.raises(ValueError, match=f"algorithm='{method}' has no server step size, so it cannot take "
+                                         r"lr_server=0.5: leave lr_server=1.0, or use one of fednmap, "):
+        FederatedLasso(0.0, algorithm=method, lr_server=0.5).fit(X, y)
+
+
 # ---- partial_fit ---------------------------------------------------------------------------------
 
 

@@ -92,6 +92,11 @@ class _FederatedEstimator(BaseEstimator):
                                  f"round), so it cannot take {name}={getattr(self, name)!r}: leave {name}={default!r}, "
                                  f"or use a method that samples clients: {', '.join(COHORT_METHODS)}")
 
+        if self.lr_server not in (None, 1) and "lr_server" not in _accepted(self.algorithm):
+            takers = ", ".join(m for m in SERVER_METHODS if "lr_server" in _accepted(m))
+            raise ValueError(f"algorithm={self.algorithm!r} has no server step size, so it cannot take "
+                             f"lr_server={self.lr_server!r}: leave lr_server=1.0, or use one of {takers}")
+
     def _check_number(self, name, low, *, integer=False, none=False, strict=False, high=None):
         """Refuse the parameter ``name`` unless it is a finite number (an integer) ``>= low`` (``> low``
         when ``strict``) and ``<= high``, or None where ``none``; booleans are refused."""
@@ -174,7 +179,8 @@ class _FederatedEstimator(BaseEstimator):
             raise ValueError(f"gamma={gamma:g} is too large for {penalty}: its prox needs gamma < {bound}; lower "
                              "gamma, or leave gamma=None for the default, which is capped at half that bound")
         lr_server = 1.0 if self.lr_server is None else self.lr_server
-        steps = {"local_steps": self.local_steps, "lr_local": lr_local, "lr_server": lr_server,
+        steps = {"local_steps": self.local_steps, "comm_prob": 1 / self.local_steps,  # Scaffnew's mean steps 1/p
+                 "lr_local": lr_local, "lr_server": lr_server,
                  "gamma": gamma, "batch_size": batch, "clients_per_round": self.clients_per_round,
                  "sampling": self.sampling}
         accepted = _accepted(self.algorithm)

@@ -95,11 +95,14 @@ class FederatedLasso(_FederatedRegressor):
     fit_intercept : bool, default True
         Fit an intercept (unpenalized); False: the model passes through the origin.
     local_steps : int, default 10
-        Local steps per round (Q).
+        Local steps per round (Q); for ``"scaffnew"``, whose step count is random, their mean
+        ``1 / comm_prob``.
     lr_local, lr_server, gamma : float or None
         Client step, server step and prox parameter. Defaults: ``lr_local = 1 / L`` with ``L``
         the largest client smoothness constant, ``gamma = local_steps / L`` (the effective step
-        ``lr_local * lr_server * local_steps``) and ``lr_server = 1`` (also for ``lr_server=None``).
+        ``lr_local * lr_server * local_steps``) and ``lr_server = 1`` (also for ``lr_server=None``),
+        the only value of the methods without a server step (``"feddr"``, ``"fedadmm"``,
+        ``"scaffnew"``).
     batch_size : int or None, default None
         Samples per local gradient; None uses each client's full data (exact convergence).
     clients_per_round : int, float or None, default None
