@@ -199,6 +199,8 @@ def test_sparse_and_uint8_storage():
     (lambda X, y: from_client_ids(X, y, np.r_[np.arange(59) % 3, np.nan]), r"no id for sample 59 \(nan\)"),
     (lambda X, y: from_client_ids(X, y, [None] + [1] * 59), r"no id for sample 0 \(None\)"),
     (lambda X, y: from_client_ids(X, y, np.array([1, "a"] * 30, object)), "one sortable kind"),
+    (lambda X, y: partition(sp.csr_matrix(X * 1j), y, 3), "X must hold real numbers, got dtype complex128"),
+    (lambda X, y: partition(X, np.array(["a", None] * 30, object), 3), "class labels y mix the types NoneType, str"),
 ])
 def test_bad_input_names_the_argument(bad, match):
     X, y = labelled(n=60)

@@ -251,6 +251,14 @@ def test_svmlight_files_that_only_fail_together_are_both_named(tmp_path):
         load_svmlight(train, n_clients=1, test_path=test, n_features=3)
 
 
+@pytest.mark.parametrize("empty", ["train.svm", "test.svm"])
+def test_an_empty_svmlight_file_is_named(tmp_path, empty):
+    for name in ("train.svm", "test.svm"):
+        tmp_path.joinpath(name).write_text("" if name == empty else SVMLIGHT_GOOD)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / empty))} holds no samples"):
+        load_svmlight(tmp_path / "train.svm", n_clients=1, test_path=tmp_path / "test.svm")
+
+
 def test_a9a_with_one_label_is_not_a9a(tmp_path):
     # The test file's -1 is no class of the training file: the partition would refuse it first.
     tmp_path.joinpath("a9a").write_text("+1 1:1 5:1\n+1 2:1\n")

@@ -23,6 +23,8 @@ def check_features(X, name: str = "X"):
     """``X`` as a C-contiguous 2-D array of a storage dtype, or a canonical CSR matrix; finite."""
     if sp.issparse(X):
         X = sp.csr_matrix(X)
+        if X.dtype.kind not in "biuf":
+            raise ValueError(f"{name} must hold real numbers, got dtype {X.dtype}")
         if X.dtype not in STORAGE_DTYPES[:2]:
             X = X.astype(np.float64)
         X.sum_duplicates()

@@ -360,6 +360,9 @@ def _read_svmlight(path, test_path, n_features, dense: bool, zero_based):
     """``(X, y, test)`` of :func:`load_svmlight`, ``test`` being ``(X_test, y_test)`` or None."""
     files = [path] if test_path is None else [path, test_path]
     loaded = _load_svmlight_files(files, n_features=n_features, zero_based=zero_based)
+    for file, rows in zip(files, loaded[::2], strict=True):
+        if rows.shape[0] == 0:
+            raise ValueError(f"{file} holds no samples (an empty LIBSVM/svmlight file); check or download it again")
     X, y = loaded[0], loaded[1]
     if dense:
         X = X.toarray()

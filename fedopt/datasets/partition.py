@@ -34,7 +34,12 @@ def encode_targets(y, task: str = "auto"):
         if y.dtype.kind not in "biuf":
             raise ValueError(f"regression targets y must be numbers, got dtype {y.dtype}")
         return y.astype(np.float64), None
-    classes, codes = np.unique(y, return_inverse=True)
+    try:
+        classes, codes = np.unique(y, return_inverse=True)
+    except TypeError:  # labels that do not sort together: None among strings, say
+        kinds = sorted({type(label).__name__ for label in y})
+        raise ValueError(f"class labels y mix the types {', '.join(kinds)}; they must be all numbers or all "
+                         "strings (drop the samples without a label)") from None
     return codes.astype(np.int64), classes
 
 
