@@ -63,7 +63,8 @@ def test_vi_problems_need_no_dataset_and_n_is_their_client_count():
 
 
 def test_a_game_posed_with_its_own_regularizer_is_swept_with_it_unless_the_file_names_one():
-    text = (VI.replace("inner_steps = 3\n", "").replace('name = "bilinear_game"\ndim = 4', 'name = "l1_bilinear_game"\nlam = 0.3')
+    text = (VI.replace("inner_steps = 3\n", "")
+            .replace('name = "bilinear_game"\ndim = 4', 'name = "l1_bilinear_game"\nlam = 0.3')
             .replace('["local-extra-sgd", "lippax"]', '["local-dual-extrapolation"]'))
     assert vi(text).expand()[0].config["regularizer"] == {"name": "l1", "lam": 0.3, "weights": None, "block": None}
     named = text.replace("[run.algorithm]", '[run.regularizer]\nname = "zero"\n\n[run.algorithm]')
