@@ -482,7 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quick-rounds", type=int, default=5, help=argparse.SUPPRESS)
     sweep.add_argument("--report", action="store_true", help="report the experiment when the sweep is done")
     sweep.add_argument("--dry-run", action="store_true",
-                       help="print the number of runs, how many are stored and an estimate of the time; run nothing")
+                       help="print the number of runs, how many are stored and an estimate of the time (from a few "
+                            "short timing runs); store nothing")
     sweep.add_argument("--yes", action="store_true", help=f"run a sweep of more than {LARGE_SWEEP} runs")
     sweep.add_argument("--check", action="store_true",
                        help=f"check the paper's claims ([[claim]] tables) on the sweep; exit {CLAIM_FAILED} when one "
