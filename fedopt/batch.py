@@ -22,7 +22,6 @@ know about the axis:
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -42,6 +41,7 @@ from fedopt.run import (
     check_run_arguments,
     divergence_error,
     history_columns,
+    nonfinite_metrics,
     run_generator,
 )
 
@@ -498,11 +498,11 @@ class _Batch:
                 if not self.active:
                     break
                 begun = time.perf_counter()
+                # round, not next_round: no cohorts in a batch, so nothing of last_finite is written in place
                 self.state = self.method.round(self.state)
                 self.seconds[self.active] += (time.perf_counter() - begun) / len(self.active)
-                finite = self.xp.isfinite(self.state.x).reshape(len(self.active), -1).all(axis=1)
-                for position in np.flatnonzero(~self.state.env.problem.backend.to_numpy(finite)):
-                    self._stop(position, last_finite, f"the model has NaN or inf entries after round {t}", "nonfinite")
+                for position, part in self._nonfinite(self.state):
+                    self._stop(position, last_finite, f"{part} has NaN or inf entries after round {t}", "nonfinite")
                 if t % eval_every == 0 or t == rounds:
                     self._record(self.state, last_finite)
                 last_finite = self.state
@@ -520,6 +520,17 @@ class _Batch:
             print(file=sys.stderr)
         return self.results
 
+    def _nonfinite(self, state):
+        """``(position, what)`` for each run whose model ``x`` or pre-prox point ``z`` has NaN or inf
+        entries (a constraint's prox keeps ``x`` finite while ``z`` runs to inf): one transfer."""
+        xp, count = self.xp, len(self.active)
+        checks = [xp.isfinite(state.x).reshape(count, -1).all(axis=1)]
+        if state.z is not None:
+            checks.append(checks[0] & xp.isfinite(state.z).reshape(count, -1).all(axis=1))
+        host = state.env.problem.backend.to_numpy(xp.stack(checks))
+        x_ok, ok = host[0], host[-1]
+        return [(p, "the model" if not x_ok[p] else "the pre-prox point z") for p in np.flatnonzero(~ok)]
+
     def _record(self, state, last_finite):
         """Evaluate every run in the batch; stop those whose values are not finite, or that a rule or ``tol`` stops."""
         env = state.env
@@ -534,9 +545,9 @@ class _Batch:
                 continue
             row = {"round": state.round, **row, **{f.name: getattr(state.costs, f.name) for f in fields(state.costs)},
                    "seconds": self.seconds[run]}
-            if not (math.isfinite(row["objective"]) and math.isfinite(row["stationarity"])):
-                self._stop(position, last_finite, f"the objective is {row['objective']:.4g} and ||F_nat||^2 "
-                           f"{row['stationarity']:.4g} at round {state.round}", "nonfinite")
+            bad = nonfinite_metrics(row, self.columns)
+            if bad:
+                self._stop(position, last_finite, f"{bad} at round {state.round}", "nonfinite")
                 continue
             history = self.histories[run]
             history.append(row)

@@ -1,6 +1,7 @@
 """``fedopt.run``: drive the rounds of a method, record the history, stop on divergence.
 
-A run stops with :class:`DivergenceError` when its model becomes NaN or inf (always) and, before
+A run stops with :class:`DivergenceError` when its model, or the pre-prox point ``z`` of a normal-map
+method (it can run to inf while a constraint's prox keeps ``x`` finite), becomes NaN or inf (always) and, before
 that, when a :class:`Divergence` rule fires at an evaluation. The default rule stops a run whose
 objective (``f + phi``, or the gap measure of a VI method) exceeds ``1000`` times its value at
 round 0, floored at 1: ``|F_t| > 1000 * max(|F_0|, 1)``. Healthy runs stay far below (those of
@@ -23,7 +24,7 @@ import numpy as np
 
 from fedopt import algorithms
 from fedopt._checks import count, real
-from fedopt.algorithms.base import Algorithm, Env, Start, State, cohort_size
+from fedopt.algorithms.base import Algorithm, Env, Start, State, cohort_size, undo_round
 from fedopt.kernels.reference import array_module
 
 COLUMNS = ("round", "stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
@@ -181,6 +182,11 @@ class Divergence:
       as done. A run above the factor whose objective still falls steadily is slow, not stalled,
       and stays done with its values. ``stall_factor = 1e-2`` asks the run to end two orders of
       magnitude below its start. A run stopped by ``tol`` has converged and is not checked.
+      A run that starts at a stationary point (``||F_nat(x_0)||^2 = 0``: ``x0 = 0`` with an l1
+      weight above ``||grad f(0)||_inf``, say) has no start to fall from, and its rounding errors
+      alone would exceed any multiple of 0: it is stalled only when it left that point uphill
+      (its objective ended above its start by more than rounding, ``1e-12`` relative, as
+      :func:`objective_rose` tells) and no longer descends; one that stays there stays done.
 
     ``None`` as a factor switches that rule off.
     """
@@ -255,14 +261,23 @@ class Divergence:
         first, last = history.rows[0], history.rows[-1]
         if self.stall_factor is None or not last["stationarity"] > self.stall_factor * first["stationarity"]:
             return None
+        rose = None
+        if first["stationarity"] == 0:  # started stationary: no scale, judge by whether it left uphill
+            rose = objective_rose(history)
+            if rose is None:
+                return None
         tail = [row["objective"] for row in history.rows[len(history) // 2:]]
         falls = sum(b < a for a, b in itertools.pairwise(tail))
         if len(tail) >= STEADY_EVALUATIONS and falls >= 0.9 * (len(tail) - 1):
             return None  # still descending steadily: slow, not stalled
-        return (f"||F_nat||^2 {last['stationarity']:.4g} at its last round {last['round']} is "
-                f"{last['stationarity'] / first['stationarity']:.3g} x its round-{first['round']} value "
-                f"{first['stationarity']:.4g}, above stall_factor {self.stall_factor:g}, and its objective fell at "
-                f"only {falls} of the last {len(tail) - 1} evaluations")
+        if rose is None:
+            above = (f"is {last['stationarity'] / first['stationarity']:.3g} x its round-{first['round']} value "
+                     f"{first['stationarity']:.4g}, above stall_factor {self.stall_factor:g}")
+        else:
+            above = (f"left the stationary point it started from at round {first['round']} (||F_nat||^2 0) uphill, "
+                     f"from objective {rose[0]:.6g} to {rose[1]:.6g}")
+        return (f"||F_nat||^2 {last['stationarity']:.4g} at its last round {last['round']} {above}, and its "
+                f"objective fell at only {falls} of the last {len(tail) - 1} evaluations")
 
 
 def _number(value) -> bool:
@@ -358,7 +373,10 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     progress : bool or None
         A one-line progress report on stderr; default on for a terminal and at least 100 rounds.
     callback : callable or None
-        ``callback(state, row)`` after every evaluation.
+        ``callback(state, row)`` after every evaluation. The state shares its arrays with the rounds
+        after it (a round on a cohort writes its clients' rows into the per-client arrays in place,
+        rather than copying ``n x p`` arrays every round): copy what you keep
+        (``state.vars["c"].copy()``), or keep ``result.state``, the final one.
     stop : callable or None
         A stopping criterion of the caller's own (a duality gap, say): ``stop(state, row)`` after
         every evaluation that no divergence rule stopped; True ends the run as converged, like
@@ -390,8 +408,11 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     Raises
     ------
     DivergenceError
-        When the model or its metrics become NaN or inf, or the ``divergence`` rule fires; its
-        ``result`` holds the history so far and ``rule`` says which check stopped the run.
+        When the model, the pre-prox point ``z`` (checked every round) or its metrics (``normal_map``
+        included, at evaluations) become NaN or inf, or the ``divergence`` rule fires; its ``result``
+        holds the history so far and ``rule`` says which check stopped the run. On NaN or inf,
+        ``result.state`` is the last finite round as it was (a cohort round's rows undone), so
+        ``resume=`` goes on from there.
     """
     from fedopt.regularizers import as_regularizer
 
@@ -423,9 +444,9 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         row = {"round": state.round, **method.evaluate(on, gamma),
                **{f.name: getattr(state.costs, f.name) for f in fields(state.costs)}, "seconds": training}
         clock["evaluating"] += time.perf_counter() - begun
-        if not (math.isfinite(row["objective"]) and math.isfinite(row["stationarity"])):
-            diverged(f"the objective is {row['objective']:.4g} and ||F_nat||^2 {row['stationarity']:.4g} at round "
-                     f"{state.round}", last_finite)
+        bad = nonfinite_metrics(row, history.columns)
+        if bad:
+            rejected(f"{bad} at round {state.round}", state)
         history.append(row)
         if callback is not None:
             callback(state, row)
@@ -443,6 +464,13 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             print(file=sys.stderr)
         raise divergence_error(method.name, what, kind, result(state))
 
+    def rejected(what, new):
+        """Stop at ``last_finite``, the round before ``new``: ``new``'s round rewrote cohort rows of
+        arrays they share, which go back first, so that ``last_finite`` is that round as it was."""
+        if new is not last_finite:
+            undo_round(new)
+        diverged(what, last_finite)
+
     def result(state, converged=False):
         return Result(problem.backend.to_numpy(state.x).copy(), history, method, state, seed, gamma, converged)
 
@@ -451,6 +479,12 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     def converged():
         return status["converged"]
 
+    xp = problem.backend.xp
+
+    def finite(state):  # x and z, one host sync: a constraint's prox keeps x finite while z runs to inf
+        ok = xp.isfinite(state.x).all()
+        return bool(ok if state.z is None else ok & xp.isfinite(state.z).all())
+
     last_finite = state
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, once
         record(state)
@@ -458,8 +492,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             if converged():
                 break
             state = method.next_round(state)
-            if not bool(problem.backend.xp.isfinite(state.x).all()):
-                diverged(f"the model has NaN or inf entries after round {t}", last_finite)
+            if not finite(state):
+                rejected(f"{nonfinite_part(state, xp)} has NaN or inf entries after round {t}", state)
             if t % eval_every == 0 or t == rounds:
                 record(state)
             last_finite = state
@@ -469,6 +503,24 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     if show:
         print(file=sys.stderr)
     return result(state, converged())
+
+
+def nonfinite_part(state: State, xp) -> str:
+    """What of ``state`` is NaN or inf: ``"the model"`` (``x``) or ``"the pre-prox point z"``. A
+    constraint's prox (Box, L1Ball, ...) keeps ``x`` finite while ``z`` and the corrections run to inf."""
+    return "the model" if not bool(xp.isfinite(state.x).all()) else "the pre-prox point z"
+
+
+def nonfinite_metrics(row: dict, columns) -> str | None:
+    """The clause for a history row whose objective, ``||F_nat||^2`` or ``||F_nor(z)||^2`` (where
+    ``columns`` has it: it is NaN by construction elsewhere) is NaN or inf, else None."""
+    values = {"the objective is": row["objective"], "||F_nat||^2": row["stationarity"]}
+    if "normal_map" in columns:
+        values["||F_nor(z)||^2"] = row["normal_map"]
+    if all(math.isfinite(v) for v in values.values()):
+        return None
+    *head, tail = (f"{name} {value:.4g}" for name, value in values.items())
+    return f"{', '.join(head)} and {tail}"
 
 
 #: The columns that ``eval_clients`` estimates on its sample of clients (the others are exact).
@@ -505,7 +557,7 @@ _EVAL_STREAM = 0x6576616C  # "eval": the sample's stream, apart from the trainin
 
 def state_fits(state: State, problem) -> bool:
     """Whether ``state`` can go on on ``problem``: a model of ``n_params`` and client arrays of
-    ``n_clients`` rows, on the problem's backend."""
+    ``n_clients`` rows, on the problem's backend (its dtype: :func:`_resumed` refuses that apart)."""
     clients = [v for v in state.vars.values() if getattr(v, "ndim", 0) == 2]
     return (tuple(state.x.shape) == (problem.n_params,) and all(v.shape[0] == problem.n_clients for v in clients)
             and array_module(state.x) is problem.backend.xp)
@@ -523,10 +575,16 @@ def _resumed(state: State, name: str, problem, regularizer, rng) -> State:
                          f"{[v.shape[0] for v in state.vars.values() if getattr(v, 'ndim', 0) == 2]} on "
                          f"{array_module(state.x).__name__}; the problem has {problem.n_params} parameters and "
                          f"{problem.n_clients} clients on {problem.backend.name}")
+    # the model's dtype is the run's (a method may keep a wider accumulator: a VI method's float64 sum)
+    held = state.x.dtype
+    if held != problem.dtype or (state.z is not None and state.z.dtype != held):  # else it runs in the state's
+        raise ValueError(f"resume holds a {held} state, the problem is {problem.dtype}: resume on a {held} problem "
+                         f"(its data set built with dtype={held}), or start a {problem.dtype} run from the model "
+                         f"with x0=result.x")
     # a copy: the rounds update client arrays in place (a cohort's rows), and the state resumed from stays as it was
     arrays = {k: v.copy() for k, v in state.vars.items() if getattr(v, "ndim", 0)}  # not the topology, say
     return replace(state, env=Env(problem, regularizer, rng), x=state.x.copy(),
-                   z=None if state.z is None else state.z.copy(), vars={**state.vars, **arrays})
+                   z=None if state.z is None else state.z.copy(), vars={**state.vars, **arrays}, undo=None)
 
 
 def run_generator(seed) -> np.random.Generator:

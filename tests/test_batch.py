@@ -331,3 +331,37 @@ def test_bad_batch_arguments(data):
     finite = np.zeros(problem.n_params)
     with pytest.raises(ValueError, match="x0 has NaN or inf"):
         fedopt.run_batch("fednmap", problem, seeds=[0, 1], x0=[finite, np.full_like(finite, np.inf)])
+
+
+@pytest.mark.parametrize(("eval_every", "what"), [
+    (1000, "the pre-prox point z has NaN or inf entries after round 270"),
+    (1, r"\|\|F_nor\(z\)\|\|\^2 inf at round 135"),
+])
+def test_a_run_whose_pre_prox_point_went_inf_stops_alone(eval_every, what):
+    """Behind a Box, x = prox(z) stays finite while z runs to inf: that run stops as fedopt.run stops it."""
+    from test_divergence import BOX_RUN, box_problem
+
+    from fedopt.regularizers import Box
+
+    problem, box = box_problem(), Box(-1.0, 1.0)
+    hyper = {**BOX_RUN, "lr_local": [5.0, 0.05], "eval_every": eval_every}
+    blown, healthy = fedopt.run_batch("fednmap", problem, box, seeds=[0, 1], **hyper)
+    with pytest.raises(fedopt.DivergenceError, match=what) as single:
+        fedopt.run("fednmap", problem, box, seed=0, **{**hyper, "lr_local": 5.0})
+    assert blown.error.rule == "nonfinite" and str(blown.error) == str(single.value)
+    assert np.isfinite(blown.z).all() and blown.state.round == single.value.result.state.round
+    assert healthy.error is None and healthy.state.round == 270
+
+
+def test_a_stationary_start_that_stalls_stops_alone():
+    """The stall rule on a run started at a stationary point (||F_nat||^2 = 0 at round 0) in a batch."""
+    from test_divergence import STATIONARY_RUN, stationary_start
+
+    problem, l1 = stationary_start()
+    hyper = {k: v for k, v in STATIONARY_RUN.items() if k != "seed"}
+    heavy = L1(100 * l1.lam)  # no minibatch gradient gets past it: the run stays at 0
+    left, stays = fedopt.run_batch("fedavg", problem, [l1, heavy], seeds=[0, 0], batch_size=1, **hyper)
+    with pytest.raises(fedopt.DivergenceError) as single:
+        fedopt.run("fedavg", problem, l1, batch_size=1, **STATIONARY_RUN)
+    assert left.error.rule == "stalled" and str(left.error) == str(single.value)
+    assert stays.error is None and (stays.history["stationarity"] == 0).all()

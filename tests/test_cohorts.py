@@ -317,3 +317,76 @@ def test_the_readmes_million_client_run_with_two_thousand_clients():
     assert res.history["objective"][-1] < 0.6 * res.history["objective"][0]
     assert res.history.estimated["objective"] == "500 of 2000 clients"
     assert res.history["grad_evals"][-1] == 300 * 100 * 10  # the cohort's clients only
+
+
+def state_arrays(state):
+    """Copies of a state's model, pre-prox point and array entries."""
+    arrays = {"x": state.x, "z": state.z, **{k: v for k, v in state.vars.items() if isinstance(v, np.ndarray)}}
+    return {k: np.array(v, copy=True) for k, v in arrays.items() if v is not None}
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "weighted"])
+@pytest.mark.parametrize("name", COHORT_METHODS)
+def test_a_rejected_cohort_round_can_be_undone(name, sampling):
+    """A cohort round writes its rows into the arrays of the state before it (no n x p copy per round), and keeps
+    the rows it overwrote: undo_round gives that state back as it was, for fedopt.run to report on NaN/inf."""
+    from fedopt.algorithms.base import undo_round
+
+    method = fedopt.algorithms.make(name, **options(name, clients_per_round=4, sampling=sampling))
+    state, _ = first_round(method, problem())
+    kept = state_arrays(state)
+    after = method.next_round(state)
+    assert after.undo is not None and all(len(rows) == len(old) <= 4 for _, rows, old in after.undo)  # cohort rows
+    undo_round(after)
+    for key, value in state_arrays(state).items():
+        np.testing.assert_array_equal(value, kept[key], err_msg=key)
+    full = fedopt.algorithms.make(name, **options(name))  # a full round writes nothing in place
+    assert full.next_round(after).undo is None
+
+
+def test_the_state_of_a_run_stopped_on_inf_is_its_last_finite_round_and_resumes_as_it():
+    """DivergenceError.result.state used to carry the cohort rows of the round that overflowed."""
+    from fedopt.datasets import from_client_ids
+
+    rng = np.random.default_rng(0)
+    X, clients = rng.standard_normal((40, 4)), np.repeat(np.arange(4), 10)
+    prob = LeastSquares(from_client_ids(X, X @ rng.standard_normal(4) + clients, clients, task="regression"))
+    hyper = {"local_steps": 3, "lr_local": 3.0, "batch_size": None, "clients_per_round": 2, "divergence": None,
+             "progress": False}
+    copies = {}  # the callback's states share their arrays with later rounds: copies, as its docstring says
+
+    def keep(state, row):
+        copies[state.round] = replace(state, x=state.x.copy(), z=state.z.copy(),
+                                      vars={k: v.copy() for k, v in state.vars.items()})
+
+    with pytest.raises(fedopt.DivergenceError) as info:
+        fedopt.run("fednmap", prob, R.L1(0.05), rounds=500, callback=keep, **hyper)
+    stopped = info.value.result.state
+    assert info.value.rule == "nonfinite" and stopped.round == max(copies)
+    for key, value in state_arrays(stopped).items():
+        np.testing.assert_array_equal(value, state_arrays(copies[stopped.round])[key], err_msg=key)
+
+    def resume(state):  # rounds more, to their own overflow (the very next round, from 1e150)
+        with pytest.raises(fedopt.DivergenceError) as again:
+            fedopt.run("fednmap", prob, R.L1(0.05), rounds=50, seed=5, resume=state, **hyper)
+        return again.value
+
+    resumed, from_copy = resume(stopped), resume(copies[stopped.round])
+    assert str(resumed) == str(from_copy)  # the objective of the first round resumed (inf or a number) included
+    np.testing.assert_array_equal(resumed.result.history["objective"], from_copy.result.history["objective"])
+    np.testing.assert_array_equal(resumed.result.state.vars["c"], from_copy.result.state.vars["c"])
+
+
+def test_resume_refuses_a_state_of_another_dtype():
+    """A float64 state resumed on a float32 problem used to run (and return) float64, silently."""
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    p64, p32 = (Logistic(partition(X, y, 4, "iid", seed=0, dtype=dtype)) for dtype in (np.float64, np.float32))
+    hyper = {"rounds": 2, "local_steps": 2, "lr_local": 0.05, "progress": False}
+    wide, narrow = (fedopt.run("fednmap", p, R.L1(1e-3), **hyper) for p in (p64, p32))
+    mismatches = ((wide.state, p32, "float64", "float32"), (narrow.state, p64, "float32", "float64"))
+    for state, prob, held, wanted in mismatches:
+        with pytest.raises(ValueError, match=f"resume holds a {held} state, the problem is {wanted}: resume on a "
+                                             f"{held} problem .* or start a {wanted} run from the model with x0="):
+            fedopt.run("fednmap", prob, R.L1(1e-3), resume=state, **hyper)
+    assert fedopt.run("fednmap", p32, R.L1(1e-3), resume=narrow.state, **hyper).x.dtype == np.float32

@@ -13,7 +13,7 @@ from fedopt.datasets import load_digits, partition
 from fedopt.problems import LeastSquares, Softmax
 from fedopt.problems.vi import BilinearGame
 from fedopt.regularizers import ElasticNet, Zero
-from fedopt.run import Divergence, DivergenceError, objective_rose
+from fedopt.run import Divergence, DivergenceError, History, objective_rose
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +177,77 @@ def test_the_accepted_forms():
     assert Divergence.parse({"objective_factor": False, "stationarity_factor": 1e6, "patience": 5}) == \
         Divergence(objective_factor=None, stationarity_factor=1e6, patience=5)  # a [run.divergence] table
     assert Divergence().objective_factor == 1e3 and Divergence().stationarity_factor is None
+
+
+def box_problem():
+    """Least squares whose FedNMap run with lr_local=5 under Box(-1, 1) blows up behind the box: x = prox(z)
+    stays finite (clipped) while z and the corrections reach inf (||F_nor(z)||^2 at round 135, z at 270)."""
+    from fedopt.datasets import from_client_ids
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 4))
+    clients = np.repeat(np.arange(4), 10)
+    return LeastSquares(from_client_ids(X, X @ rng.standard_normal(4) + clients, clients, task="regression"))
+
+
+BOX_RUN = {"rounds": 270, "local_steps": 3, "lr_local": 5.0, "gamma": 1.0, "batch_size": None, "progress": False}
+
+
+@pytest.mark.parametrize(("eval_every", "what", "last"), [
+    (1000, "the pre-prox point z has NaN or inf entries after round 270", 269),  # checked every round
+    (1, r"\|\|F_nor\(z\)\|\|\^2 inf at round 135", 134),  # at an evaluation, before z itself overflows
+])
+def test_a_pre_prox_point_gone_inf_behind_a_constraint_stops_the_run(eval_every, what, last):
+    from fedopt.regularizers import Box
+
+    with pytest.raises(DivergenceError, match=what) as info:  # used to finish "done" with z and c inf
+        fedopt.run("fednmap", box_problem(), Box(-1.0, 1.0), eval_every=eval_every, **BOX_RUN)
+    result = info.value.result
+    assert info.value.rule == "nonfinite" and result.state.round == last
+    assert np.isfinite(result.z).all() and np.isfinite(result.history["normal_map"]).all()
+
+
+def stationary_start():
+    """Least squares and an l1 weight above ||grad f(0)||_inf: x0 = 0 is a stationary point (||F_nat||^2 = 0)."""
+    from fedopt.datasets import from_client_ids
+    from fedopt.regularizers import L1
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 4))
+    clients = np.repeat(np.arange(4), 10)
+    y = X @ rng.standard_normal(4) + 0.5 * rng.standard_normal(40) + clients
+    problem = LeastSquares(from_client_ids(X, y, clients, task="regression"))
+    return problem, L1(1.01 * np.abs(problem.grad(np.zeros(4))).max())
+
+
+STATIONARY_RUN = {"rounds": 20, "local_steps": 3, "lr_local": 0.3, "x0": np.zeros(4), "seed": 0,
+                  "divergence": {"stall_factor": 0.01}, "progress": False}
+
+
+def test_a_run_that_leaves_its_stationary_start_uphill_stalls_and_one_that_stays_is_done():
+    problem, l1 = stationary_start()
+    with pytest.raises(DivergenceError) as info:  # minibatches of one push it off x0 = 0: it used to divide by 0
+        fedopt.run("fedavg", problem, l1, batch_size=1, **STATIONARY_RUN)
+    history = info.value.result.history
+    assert info.value.rule == "stalled" and history["stationarity"][0] == 0 and history["round"][-1] == 20
+    assert "left the stationary point it started from at round 0" in str(info.value)
+    assert "uphill, from objective 2.22399 to 2.55949" in str(info.value)
+    stays = fedopt.run("fedavg", problem, l1, batch_size=None, **STATIONARY_RUN)  # full gradients: it stays at 0
+    assert stays.error is None and (stays.history["stationarity"] == 0).all()
+
+
+def test_the_stall_rule_leaves_a_stationary_start_that_stays_at_rounding_level_done():
+    def history(stationarity, objective):
+        h = History(("round", "stationarity", "objective"))
+        for t, (s, f) in enumerate(zip(stationarity, objective, strict=True)):
+            h.append({"round": t, "stationarity": s, "objective": f})
+        return h
+
+    rule = Divergence(stall_factor=0.01)
+    rounding = [0.0] + [1e-32, 3e-33] * 5
+    assert rule.check_end(history(rounding, [1.5] + [1.5 + 1e-16, 1.5] * 5)) is None  # rounding: done
+    assert rule.check_end(history(rounding, [1.5] + [1.5 - 1e-3, 1.5] * 5)) is None  # downhill (a saddle): done
+    left = rule.check_end(history([0.0] + [0.2, 0.3] * 5, [1.5] + [1.7, 1.6] * 5))
+    assert "left the stationary point" in left and "uphill, from objective 1.5 to 1.6" in left
+    assert "fell at only 3 of the last 5" in left
+    assert "above stall_factor 0.01" in rule.check_end(history([1.0] + [0.5, 0.6] * 5, [1.5] + [1.4, 1.45] * 5))

@@ -48,6 +48,13 @@ class State:
     measured. ``vars`` holds the method's own arrays (corrections, control variates, duals).
     ``method`` names the method whose rounds these are (set by :func:`fedopt.run`; None when
     unknown), so that a resumed run refuses another method's state.
+
+    A round on a cohort writes its clients' rows into the per-client arrays of the state it
+    started from (copying ``n x p`` arrays every round would cost more than the round), so a
+    state shares those arrays with the rounds after it. ``undo`` is that round's record of the
+    rows it overwrote (None for a round that wrote nothing in place): :func:`undo_round` puts
+    them back, which :func:`fedopt.run` does when it rejects the round (NaN or inf), so that the
+    state it reports is the last finite round as it was.
     """
 
     env: Env
@@ -57,6 +64,14 @@ class State:
     costs: Costs = Costs()
     vars: dict = field(default_factory=dict)
     method: str | None = None
+    undo: tuple | None = field(default=None, repr=False, compare=False)
+
+
+def undo_round(state: State) -> None:
+    """Restore the rows that ``state``'s round overwrote (its ``undo`` record) in the arrays it shares
+    with the state before it: that state is again as it was, and ``state`` is no longer valid."""
+    for values, rows, old in state.undo or ():
+        values[rows] = old
 
 
 @dataclass(frozen=True)
@@ -370,7 +385,9 @@ class CohortRounds:
         only the cohort's rows are read, and its ``average`` is the aggregate below) and on the
         cohort's rows of the per-client state. The clients that were not sampled keep their state
         (corrections, control variates) as it is: the rule of SCAFFOLD's paper for its control
-        variates, and our extension for FedNMap's and FedCanon's corrections.
+        variates, and our extension for FedNMap's and FedCanon's corrections. The cohort's new rows
+        are written into the arrays of ``state`` (its clients' rows only); the rows they replace are
+        kept in the new state's ``undo``, for :func:`undo_round`.
 
         Aggregate of the messages ``v_i``: ``"weighted"`` averages them, ``(1/S) sum_k v_{i_k}``, an
         unbiased estimate of ``sum_i w_i v_i``; ``"uniform"`` takes ``sum_{i in S} w_i v_i / sum_{i
@@ -390,7 +407,7 @@ class CohortRounds:
         n = population.n_clients
         size = self.cohort_size(n)
         if self.clients_per_round is None or (size == n and self.sampling == "uniform"):
-            return self.round(state)
+            return replace(self.round(state), undo=None)  # nothing written in place (not an earlier round's record)
         clients, weights = population.draw_cohort(env.rng, size, self.sampling)
         view = population.cohort(clients, weights)
         owned = {k: v for k, v in state.vars.items() if _per_client(v, n)}
@@ -402,9 +419,11 @@ class CohortRounds:
             for name in self.zero_sum:
                 new = after.vars[name]
                 new -= view.population_sum(new - owned[name][clients]) / kept_weight
+        rows, undo = clients[last], []
         for name, values in owned.items():  # in place: a round touches only its cohort's rows
-            values[clients[last]] = after.vars[name][last]
-        return replace(after, env=env, vars={**after.vars, **owned})
+            undo.append((values, rows, values[rows]))  # the rows overwritten (cohort x p): undo_round puts them back
+            values[rows] = after.vars[name][last]
+        return replace(after, env=env, vars={**after.vars, **owned}, undo=tuple(undo))
 
 
 @dataclass(frozen=True)
