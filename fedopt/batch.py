@@ -41,6 +41,7 @@ from fedopt.run import (
     check_run_arguments,
     divergence_error,
     history_columns,
+    metric_step,
     nonfinite_metrics,
     run_generator,
 )
@@ -366,7 +367,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
                                            _per_run("metric_gamma", metric_gamma, count), strict=True):
         reg.check_problem(problem)
         method.check(problem, reg)
-        gammas.append(reg.check_step(gamma if gamma is not None else getattr(method, "gamma", 1.0), "metric_gamma"))
+        gammas.append(metric_step(method, reg, gamma))
     type(methods[0]).stack(methods, np, np.float64)  # refuse runs that cannot share a batch before any work
     x0s = [problem.start_point(x, seed)
            for problem, x, seed in zip(problems, _per_run("x0", x0, count, vector=True), seeds, strict=True)]

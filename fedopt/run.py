@@ -366,7 +366,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         pre-prox point whose prox with their own parameter is ``x_0`` (see :class:`~fedopt.algorithms.base.Start`).
     metric_gamma : float or None
         The prox parameter of the stationarity measures; default the method's ``gamma`` when it
-        has one, else 1. Pass the same value to compare methods.
+        has one, else 1 (``1 / (2 rho)`` for a ``rho``-weakly convex regularizer with ``rho >= 1``,
+        whose prox needs ``metric_gamma * rho < 1``). Pass the same value to compare methods.
     tol : float or None
         Stop at the first evaluation where ``stationarity <= tol`` (``result.converged`` is then
         True); None runs all ``rounds``.
@@ -424,8 +425,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         problem = problem.on(backend)
     regularizer.check_problem(problem)
     method.check(problem, regularizer)
-    gamma = regularizer.check_step(metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0),
-                                   "metric_gamma")
+    gamma = metric_step(method, regularizer, metric_gamma)
     rng = run_generator(seed)
     if resume is not None:
         state = _resumed(resume, method.name, problem, regularizer, rng)
@@ -503,6 +503,17 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     if show:
         print(file=sys.stderr)
     return result(state, converged())
+
+
+def metric_step(method, regularizer, metric_gamma) -> float:
+    """The prox parameter of the stationarity measures: ``metric_gamma``, else the method's ``gamma``,
+    else 1, or ``1 / (2 rho)`` for a regularizer whose prox needs a step below 1 (``rho >= 1``)."""
+    if metric_gamma is None:
+        metric_gamma = getattr(method, "gamma", None)
+    if metric_gamma is None:
+        rho = regularizer.weak_convexity
+        metric_gamma = 1.0 if rho < 1 else 0.5 / rho
+    return regularizer.check_step(metric_gamma, "metric_gamma")
 
 
 def nonfinite_part(state: State, xp) -> str:

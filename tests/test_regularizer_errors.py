@@ -269,6 +269,21 @@ def test_weakly_convex_step_too_large(reg, largest):
         reg.normal_map_step(np.ones(3), np.ones(3), np.ones(3), np.ones(3), 0.1, limit * 1.01)
 
 
+def test_a_method_without_gamma_measures_at_a_step_the_penalty_allows():
+    """metric_gamma defaults to 1, or to 1 / (2 rho) where rho >= 1 (it was refused as 'metric_gamma=1 is too
+    large', an argument the user never gave)."""
+    import fedopt
+
+    data = fedopt.datasets.make_classification(n_clients=3, n_samples=60, n_features=5, seed=0)
+    problem, sharp, mild = fedopt.problems.Logistic(data), R.MCP(0.01, gamma=0.5), R.MCP(0.01, gamma=2.0)
+    assert fedopt.run("fedavg", problem, sharp, rounds=1, lr_local=0.02).metric_gamma == 0.25
+    assert [r.metric_gamma for r in fedopt.run_batch("fedavg", problem, [sharp, mild], rounds=1, seeds=[0, 1],
+                                                      lr_local=0.02)] == [0.25, 1.0]
+    assert fedopt.run("fednmap", problem, sharp, rounds=1, lr_local=0.02, gamma=0.4).metric_gamma == 0.4
+    with pytest.raises(ValueError, match="metric_gamma=1 is too large"):
+        fedopt.run("fedavg", problem, sharp, rounds=1, lr_local=0.02, metric_gamma=1.0)
+
+
 # ---- arrays -------------------------------------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ def validate(specs) -> None:
     time to build its distinct problems. Returns None when every run can start.
     """
     from fedopt import algorithms, regularizers
-    from fedopt.run import Divergence, check_eval_clients
+    from fedopt.run import Divergence, check_eval_clients, metric_step
     from fedopt.sweep.execute import make_regularizer
 
     runs = list({spec.key: spec for spec in specs}.values())
@@ -116,9 +116,8 @@ def validate(specs) -> None:
                     check_eval_clients(method, problem, eval_clients)
                 except Exception as err:
                     found.add_path("eval_clients", eval_clients, err, n)
-            gamma = metric_gamma if metric_gamma is not None else getattr(method, "gamma", 1.0)
             try:
-                reg.check_step(gamma, "metric_gamma")
+                metric_step(method, reg, metric_gamma)
             except Exception as err:
                 if metric_gamma is None and hasattr(method, "gamma"):  # metric_gamma defaults to the method's gamma
                     found.add_path("algorithm.gamma", method.gamma, err, n)
