@@ -229,7 +229,7 @@ def _sweep(args) -> int:
           f"executor {args.executor}\ndata: {exp.data}", flush=True)
     validate(specs)  # bad values stop here, before the store is touched
     if args.dry_run:
-        if store_path.exists():
+        if store_path.exists() and args.resume:  # --no-resume reruns the stored runs too
             with Store(store_path, readonly=True) as store:
                 print(estimate(specs, store, args.workers, retry_failed=args.retry_failed)["text"])
         else:

@@ -454,6 +454,9 @@ def test_cli_sweep_then_report(tmp_path, capsys):
     assert "8 executed (8 done)" in capsys.readouterr().out
     assert main(["sweep", str(toml), "--store", str(db), "--executor", "serial"]) == 0
     assert "8 already stored, 0 executed" in capsys.readouterr().out
+    for resume, to_run in (("--resume", "0 to run"), ("--no-resume", "8 to run")):  # --no-resume reruns them all
+        assert main(["sweep", str(toml), "--store", str(db), "--dry-run", resume]) == 0
+        assert to_run in capsys.readouterr().out
     assert main(["report", str(db), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
     printed = capsys.readouterr().out
     assert "slope of log stationarity against log n_clients" in printed
