@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sqlite3
@@ -94,6 +95,43 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path):
     with sweep.Store(db) as store:
         summary = sweep.run_sweep(tiny(SLOWER), store, executor="serial")
     assert summary.skipped == len(kept) and store is not None
+
+
+def _dies_on_one_run(mark, configs, **_):
+    """A batch of fake runs in a pool worker whose process is killed (as by the OOM killer) on the run
+    with seed 1 and 8 clients of 2 local steps: every time, or only the first time when ``mark``
+    names a file to leave behind."""
+    time.sleep(0.2)  # the other worker's batch is in flight when this one dies
+    for config in configs:  # the second batch of the sweep: in flight from the start, with others queued
+        killer = (config["seed"], config["dataset"]["n_clients"], config["algorithm"]["local_steps"]) == (1, 8, 2)
+        if killer and (mark is None or not os.path.exists(mark)):
+            if mark is not None:
+                open(mark, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return [{"status": "done", "history": None, "error": None} for _ in configs]
+
+
+@pytest.mark.parametrize("every_time", [True, False], ids=["always", "once"])
+def test_a_dead_pool_worker_fails_its_own_run_and_the_sweep_goes_on(every_time, tmp_path, monkeypatch):
+    """A worker's death breaks the whole pool and fails every batch in flight: those run again in a
+    fresh pool, and the run that kills its worker is stored as failed once it does so alone."""
+    from fedopt.sweep import execute
+
+    mark = None if every_time else str(tmp_path / "died")
+    monkeypatch.setattr(execute, "execute_batch", functools.partial(_dies_on_one_run, mark))
+    keys = []
+    with sweep.Store(tmp_path / "s.db") as store:
+        summary = sweep.run_sweep(tiny(), store, executor="local", workers=2, batch="off", progress=False,
+                                  on_result=lambda spec, record: keys.append(spec.key))
+        assert store._db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
+        errors = [store.run(key)["error"] for key in keys if store.run(key)["status"] == "failed"]
+    assert not summary.interrupted and summary.executed == 8 and sorted(keys) == sorted(set(keys))
+    if every_time:
+        assert summary.counts == {"done": 7, "diverged": 0, "failed": 1, "missing": 0}
+        assert len(errors) == 1
+        assert "the worker process running this batch of 1 run(s) died (killed by SIGKILL)" in errors[0]
+    else:  # it died once, with others in flight: none of them is blamed, all run again
+        assert summary.counts["done"] == 8 and summary.ok and os.path.exists(mark)
 
 
 def test_dask_local_cluster_runs_the_sweep_into_the_store(tmp_path):

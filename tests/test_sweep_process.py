@@ -174,6 +174,32 @@ def test_a_run_finished_by_another_sweep_is_counted_as_theirs(tmp_path):
     assert "3 executed (3 done), 1 by other sweeps on this store" in str(summary)
 
 
+def test_a_batch_that_falls_back_to_runs_alone_still_renews_the_leases(monkeypatch):
+    """The serial executor renews its leases through the callback; the runs of a failed batch, run
+    alone one after the other, went without it (a failing batch of 64 long runs outlived its lease)."""
+    import fedopt
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the batch fails as a whole")
+
+    monkeypatch.setattr(fedopt, "run_batch", broken)
+    calls = []
+    records = execute.execute_batch([s.config for s in tiny(seeds=[0, 1]).expand()[:2]],
+                                    callback=lambda state, row: calls.append(row))
+    assert [r["status"] for r in records] == ["done", "done"] and len(calls) >= 2
+
+
+def test_the_serial_executor_renews_its_leases_before_each_batch(tmp_path, monkeypatch):
+    """Set-up and the warm-up's compiling come before the first evaluation, the first renewal: each
+    batch starts on a whole lease, not on what is left of one renewed up to a third of a lease ago."""
+    with sweep.Store(tmp_path / "s.db") as store:
+        renewals = []
+        renew = store.renew
+        monkeypatch.setattr(store, "renew", lambda *a, **k: renewals.append(a) or renew(*a, **k))
+        summary = sweep.run_sweep(tiny(), store, executor="serial", lease=600.0, progress=False)
+    assert summary.executed == 8 and len(renewals) == 4  # 4 batches of 2 seeds
+
+
 _SHARED = """
 import json, sys
 from fedopt import sweep
@@ -207,7 +233,7 @@ def test_two_sweeps_on_one_store_run_every_run_once(tmp_path):
 
 # ---------------------------------------------------------------------------------------- signals
 def test_sigterm_is_handled_like_ctrl_c_and_keeps_whole_rows(tmp_path, monkeypatch):
-    exp = tiny()
+    exp = tiny(seeds=[0, 1, 2, 3])  # serial batches of 4 runs (the seeds of a grid point)
     with sweep.Store(tmp_path / "s.db") as store:
         put = store.put
 
@@ -220,7 +246,9 @@ def test_sigterm_is_handled_like_ctrl_c_and_keeps_whole_rows(tmp_path, monkeypat
         summary = sweep.run_sweep(exp, store, executor="serial")
         assert signal.getsignal(signal.SIGTERM) is before
         assert summary.interrupted and summary.signal == "SIGTERM" and not summary.ok
-        assert summary.executed == 1 and store.count() == 1  # the row was written whole, then it stopped
+        # the first batch came back and was stored whole, row by row, before it stopped (its other
+        # runs were dropped when the signal fired after the first row)
+        assert summary.executed == 4 and store.count() == 4
         assert "interrupted by SIGTERM" in str(summary)
         assert store._db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
 

@@ -18,7 +18,9 @@ the first one (:func:`_warm_up`), so that compiling kernels does not count as a 
   BLAS on one thread, so the cores are shared by runs rather than by the threads of one run.
   Workers ignore SIGINT (the owner stops them) and exit by themselves within a second when the
   owner process is gone, even after SIGKILL; the forkserver and the resource tracker then exit
-  too, as the last holders of their pipes are gone.
+  too, as the last holders of their pipes are gone. A worker that dies (out of memory, a crash)
+  breaks the whole pool: a fresh one is started, the batches that were in flight run again, and a
+  batch is stored as ``failed`` only when it kills a worker with no other batch in flight.
 * ``dask``: the batches are submitted to a Dask cluster, one task each: an existing cluster at
   ``scheduler`` (``tcp://host:8786``) or a ``LocalCluster`` of ``workers`` single-threaded workers
   started here, whose tasks run Numba (and, in worker processes, BLAS) on one thread when there
@@ -38,8 +40,8 @@ whose lease expires (their sweep was killed); such runs come back in the batches
 
 **Signals.** SIGTERM is handled like Ctrl-C: the workers are stopped, what finished is kept, the
 claims are released and :class:`SweepSummary` says ``interrupted`` with the signal (the command
-exits 143, or 130 for Ctrl-C). A signal that arrives while a run is being stored waits until the
-row is committed.
+exits 143, or 130 for Ctrl-C). A signal that arrives while runs are being stored waits until the
+runs that came back with it (a batch, or several) are committed, one row at a time.
 """
 
 from __future__ import annotations
@@ -238,7 +240,8 @@ def execute_batch(configs, progress: bool | None = False, callback=None) -> list
         seconds = (time.perf_counter() - began) / len(configs)
         histories = [{k: v.tolist() for k, v in result.history.as_dict().items()} for result in results]
     except Exception:  # run each one alone: the failing ones are stored as failed, the others as usual
-        return [execute_run(config, progress=progress) for config in configs]
+        # with the callback: the serial executor renews its leases through it, over runs that may take long
+        return [execute_run(config, progress=progress, callback=callback) for config in configs]
     wall = (time.perf_counter() - start) / len(configs)
     common = {"run_seconds": seconds, "wall_seconds": wall, "host": socket.gethostname(),
               "backend": problems[0].backend.name, "fedopt_version": getattr(fedopt, "__version__", None)}
@@ -383,7 +386,7 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
         ``on_result(spec, record)`` after each run executed here is stored.
     lease : float
         Seconds a claim on a run lasts without renewal; renewed every ``lease / 3`` seconds while
-        the runs go on (by the serial executor between the evaluations of its run or batch, so a
+        the runs go on (by the serial executor before each batch and between the evaluations of its run or batch, so a
         lease shorter than the time between two evaluations lets another sweep run them too). A
         sweep killed without releasing its claims holds them this long.
     owner : str or None
@@ -480,9 +483,9 @@ class _Claims:
     def held(self, keys) -> dict:
         return self.store.held_by_others(keys, self.owner)
 
-    def renew(self) -> None:
-        """Extend the leases when a third of one has passed since the last renewal."""
-        if time.monotonic() - self.renewed >= self.lease / 3:
+    def renew(self, force: bool = False) -> None:
+        """Extend the leases when a third of one has passed since the last renewal (or now, with ``force``)."""
+        if force or time.monotonic() - self.renewed >= self.lease / 3:
             with self.guard.deferred():
                 self.store.renew(self.owner, self.lease)
             self.renewed = time.monotonic()
@@ -546,8 +549,10 @@ def _drive(runner, units, claims, finished, bar, summary) -> None:
                 poll()
                 polled = time.monotonic()
             continue
-        for spec, record in runner.wait(timeout):
-            finished(spec, record)
+        returned = runner.wait(timeout)
+        with claims.guard.deferred():  # a signal now waits until every run the runner gave back is stored
+            for spec, record in returned:
+                finished(spec, record)
         claims.renew()
         if waiting and time.monotonic() - polled >= POLL_SECONDS:
             poll()

@@ -22,6 +22,7 @@ import time
 import traceback
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 #: Seconds to reach a Dask scheduler before giving up.
 DASK_CONNECT_TIMEOUT = 5.0
@@ -55,6 +56,8 @@ class _Serial:
         if not self.queue:
             return []
         unit = self.queue.popleft()
+        # a whole lease before the first evaluation, which comes only after the set-up and the warm-up's compiling
+        self.claims.renew(force=True)
         records = self.run([spec.config for spec in unit], callback=self.claims.renew_callback)
         return list(zip(unit, records, strict=True))
 
@@ -66,31 +69,90 @@ class _Serial:
 
 
 class _Local:
-    """A pool of ``workers`` processes (see the module docstring)."""
+    """A pool of ``workers`` processes (see the module docstring).
+
+    A worker that dies (killed by the out-of-memory killer, a segfault) breaks the whole pool: every
+    batch in flight fails with :class:`BrokenProcessPool`, the culprit and the innocent alike. Those
+    batches are not stored: the pool is started again and they run again. One that is in flight at
+    a second break runs alone (nothing else in flight) and is stored as ``failed`` only when it
+    breaks the pool alone, as is a batch that was the only one in flight when the pool broke.
+    """
 
     def __init__(self, workers: int, run):
-        threads = 1 if workers > 1 else None
         self.run, self.workers = run, workers
         self.capacity = 2 * workers
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_worker_init,
-                                        initargs=(threads, os.getpid(), _start_time(os.getpid())))
+        self.pool = self._start()
         self.futures: dict = {}
+        self.queue: deque = deque()  # batches taken but not yet in the pool
+        self.alone: deque = deque()  # batches in flight at two breaks: each runs with nothing else in flight
+        self.strikes: dict = {}  # batch (its keys) -> breaks of the pool it was in flight at
+
+    def _start(self):
+        threads = 1 if self.workers > 1 else None
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=_context(), initializer=_worker_init,
+                                   initargs=(threads, os.getpid(), _start_time(os.getpid())))
 
     @property
     def pending(self) -> int:
-        return len(self.futures)
+        return len(self.futures) + len(self.queue) + len(self.alone)
 
     def submit(self, unit):
-        self.futures[self.pool.submit(self.run, [spec.config for spec in unit])] = unit
+        self.queue.append(unit)
+        self._fill()
+
+    def _fill(self):
+        """Hand the pool what may run now: the next batch to run alone when there is one, else the queue."""
+        while True:
+            source = self.alone if self.alone else self.queue
+            if not source or (source is self.alone and self.futures):
+                return
+            unit = source.popleft()
+            try:
+                future = self.pool.submit(self.run, [spec.config for spec in unit])
+            except BrokenProcessPool:  # a worker died meanwhile (maybe idle)
+                source.appendleft(unit)
+                if self.futures:  # they fail too: wait() sees them and starts a fresh pool
+                    return
+                self._restart()
+                continue
+            self.futures[future] = unit
 
     def wait(self, timeout):
         done, _ = wait(self.futures, timeout=timeout, return_when=FIRST_COMPLETED)
-        out = []
+        out, broken = [], []
+        if any(isinstance(future.exception(), BrokenProcessPool) for future in done):
+            # the pool is dead: each of its other futures fails now too, or finished before the death
+            done = set(self.futures)
+            wait(done, timeout=30)
         for future in done:
-            out += _records(self.futures.pop(future), future)
+            unit = self.futures.pop(future)
+            if future.done() and not isinstance(future.exception(), BrokenProcessPool):
+                out += _records(unit, future)
+            else:
+                broken.append(unit)
+        if broken:
+            reason = self._restart()
+            if len(broken) == 1:  # the only batch in flight: surely the one that killed its worker
+                out += _died(broken[0], reason)
+            for unit in broken if len(broken) > 1 else ():
+                key = tuple(spec.key for spec in unit)
+                self.strikes[key] = self.strikes.get(key, 0) + 1
+                (self.alone if self.strikes[key] > 1 else self.queue).appendleft(unit)
+        self._fill()
         return out
 
+    def _restart(self) -> str:
+        """Replace the broken pool by a fresh one; how its dead worker ended."""
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=True, cancel_futures=True)  # the broken pool's survivors were terminated
+        codes = sorted({p.exitcode for p in processes if p.exitcode not in (None, 0, -signal.SIGTERM)})
+        self.pool = self._start()
+        return ", ".join(f"killed by {signal.Signals(-c).name}" if c < 0 and -c in signal.valid_signals()
+                         else f"exit code {c}" for c in codes) or "no exit code"
+
     def stop(self):
+        self.queue.clear()
+        self.alone.clear()
         processes = list((getattr(self.pool, "_processes", None) or {}).values())
         self.pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:  # the workers this pool started
@@ -101,6 +163,13 @@ class _Local:
 
     def close(self):
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _died(unit, reason: str) -> list:
+    """A ``failed`` record for each run of ``unit``, whose worker process died running it."""
+    error = (f"the worker process running this batch of {len(unit)} run(s) died ({reason}): out of memory "
+             "(the kernel's OOM killer sends SIGKILL), a crash (SIGSEGV), or killed from outside")
+    return [(spec, {"status": "failed", "history": None, "error": error}) for spec in unit]
 
 
 def _worker_init(threads: int | None, owner: int | None = None, owner_start: str | None = None) -> None:
@@ -257,8 +326,8 @@ class _Dask:
 
 def _records(unit, future) -> list:
     """``(spec, record)`` for each run of the batch ``unit`` that ``future`` ran; when the task itself
-    failed (a worker died: out of memory, segfault, a lost Dask worker), a ``failed`` record with the
-    traceback for each: stored, and the sweep goes on."""
+    failed (a lost Dask worker; a dead local worker is handled by :class:`_Local`), a ``failed`` record
+    with the traceback for each: stored, and the sweep goes on."""
     try:
         return list(zip(unit, future.result(), strict=True))
     except Exception:
