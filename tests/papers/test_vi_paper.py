@@ -50,7 +50,7 @@ import pytest
 
 import fedopt
 from fedopt.problems.vi import BilinearGame, L1BilinearGame, QuadraticGame, SmoothGame
-from fedopt.regularizers import MCP
+from fedopt.regularizers import MCP, Zero
 
 from replay import BACKENDS, PHIS, RTOL, assert_same_trajectory, fedopt_trajectory
 
@@ -328,7 +328,7 @@ def test_slippax_follows_algorithm_2(kind, sigma, backend):
 def test_local_dual_extrapolation_follows_eq_13(kind, phi, sigma, backend):
     problem = make_game(kind, sigma, backend)
     hp = dict(local_steps=K, lr_local=0.2)
-    run = fedopt_trajectory("local-dual-extrapolation", problem, None if phi is None else phi.regularizer,
+    run = fedopt_trajectory("local-dual-extrapolation", problem, Zero() if phi is None else phi.regularizer,
                             rounds=ROUNDS, **hp)
     game = Game(problem)
     assert_follows(local_dual_extrapolation_reference(game, run.draws, phi, rounds=ROUNDS, **hp), run, game)
@@ -397,7 +397,7 @@ def test_costs_are_the_papers(method):
     calls, vectors, proxes, sentence = COSTS[method]
     steps, H, S, rounds = 4, 3, 5, 6
     problem = make_game("l1_bilinear", 0.1, "numpy")
-    phi = PHIS[0].regularizer if method == "local-dual-extrapolation" else None
+    phi = PHIS[0].regularizer if method == "local-dual-extrapolation" else Zero()  # not the game's own l1
     hp = {"lr_local": 0.1, "local_steps": steps, "inner_steps": H, "batch_size": S}
     hp = {k: v for k, v in hp.items() if k in fedopt.algorithms.hyperparameters(method)}
     h = fedopt_trajectory(method, problem, phi, rounds=rounds, **hp).result.history
