@@ -110,6 +110,19 @@ def test_tiles_of_whole_rows_come_in_a_multiple_of_the_threads(shape, threads):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("extra", [3, 4], ids=["odd", "even"])
+@pytest.mark.parametrize("name", ["simplex", "l1_ball"])
+def test_long_rows_beyond_the_shift_ratio_match_reference_in_place(name, extra, dtype):
+    """Long rows whose largest entries dwarf the radius are projected again on the shifted row; in
+    place, that must read the input, not the shrunk row already written over it (it gave NaN)."""
+    from fedopt.kernels.cpu.rows import ROW_CHUNK
+
+    z = sample((2, ROW_CHUNK + extra), dtype, seed=7)
+    z[0, [5, 9]] = 1e16  # off the sample that brackets the threshold: the safe path
+    check_prox(make_regularizers(P)[name], z, step=1.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("shape", [(7,), (8,), (3, 9), (2, 10)], ids=str)
 def test_nuclear_matches_reference(shape, dtype):
     p = shape[-1]

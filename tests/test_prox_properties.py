@@ -718,3 +718,58 @@ def test_group_lasso_of_tiny_and_huge_entries(backend, groups):
     tiny = np.array([3e-170, 4e-170, 0.0, 0.0])  # norm 5e-170: shrunk by 1 - 1e-170 / 5e-170
     np.testing.assert_allclose(R.GroupLasso(1e-170, groups=4, weights=[1.0]).prox(tiny, 1.0, backend=backend),
                                0.8 * tiny, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("extra", [3, 4], ids=["odd", "even"])
+@pytest.mark.parametrize("use_abs", [False, True], ids=["simplex", "l1-ball"])
+def test_long_row_thresholds_are_finite(use_abs, extra):
+    """The chunked threshold of a finite long row is finite, also when the radius is below the rounding
+    of its largest entries (1e16 - 1 is 1e16: no entry lies above the safe lower bound, which gave
+    -radius / 0 = -inf), and its projection sums to the radius."""
+    from fedopt.kernels.cpu.rows import _newton_thresholds
+
+    z = np.random.default_rng(extra).standard_normal((3, ROW_CHUNK + extra))
+    z[0, [5, 9]] = 1e16
+    z[1, 7] = 1e16
+    tau, _ = _newton_thresholds(z, 1.0, use_abs)
+    assert np.isfinite(tau).all()
+    reg = R.L1Ball(1.0) if use_abs else R.Simplex(1.0)
+    np.testing.assert_allclose(np.abs(reg.prox(z, 1.0)).sum(axis=1), 1.0, rtol=1e-12)
+
+
+@EXTREME_BACKENDS
+@pytest.mark.parallel
+@pytest.mark.parametrize("p", [6, 7, ROW_CHUNK + 3, ROW_CHUNK + 4], ids=["short-even", "short-odd", "long-odd",
+                                                                        "long-even"])
+def test_l2_ball_projection_of_a_finite_point_whose_norm_overflows(backend, p):
+    """Finite entries of 1e308 have a norm beyond float64's range: the point lands on the sphere, in
+    its direction (``radius / inf`` sent it to the center), with a center too."""
+    z = np.full(p, 1e308)
+    np.testing.assert_allclose(R.L2Ball(1e308).prox(z, 1.0, backend=backend), z / np.sqrt(p), rtol=1e-12)
+    center = np.full(p, -5e307)
+    z = center + np.where(np.arange(p) % 2, 1e308, -1e308)  # +-1e308 from the center
+    expected = center + (z - center) / np.sqrt(p) * 0.5
+    np.testing.assert_allclose(R.L2Ball(5e307, center=center).prox(z, 1.0, backend=backend), expected, rtol=1e-12)
+
+
+@EXTREME_BACKENDS
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("shape", [(2, 3), (3, 3)], ids=str)
+def test_nuclear_of_non_finite_and_huge_entries(backend, dtype, shape):
+    """A matrix with NaN or inf comes out all NaN (the SVD raised LinAlgError), the others as usual;
+    finite entries near the dtype's largest value, whose singular values overflow, are thresholded
+    on the matrix scaled down (they gave inf)."""
+    m, k = shape
+    rng = np.random.default_rng(m * k)
+    big = 1e308 if dtype == np.float64 else 2e38
+    signs = np.outer(rng.choice([-1.0, 1.0], m), rng.choice([-1.0, 1.0], k))  # rank one, s = sqrt(m k)
+    unit = rng.uniform(-1, 1, (m, k))
+    unit /= np.abs(unit).max()
+    z = np.stack([signs.ravel() * big, unit.ravel() * big, unit.ravel(), unit.ravel()]).astype(dtype)
+    z[2, 1], z[3, 0] = np.nan, -np.inf
+    x = R.Nuclear(1.0, shape=shape).prox(z, 0.5 * big, backend=backend)
+    assert x.dtype == dtype and np.isnan(x[2:]).all()
+    expected = [signs * big * (1 - 0.5 / np.sqrt(m * k)), svt(unit, 0.5)[0] * big]
+    assert np.isfinite(np.array(expected, dtype=dtype)).all()
+    tol = 1e-10 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(x[:2].reshape(2, m, k), expected, rtol=tol, atol=tol * big)

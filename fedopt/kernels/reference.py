@@ -103,14 +103,25 @@ def prox_group(z, starts, order, tau, scale, out):
     return out
 
 
+def l2_ball_factors(v, radius):
+    """``min(1, radius / ||v_i||)`` for every row of ``v`` (2-D), kept ``(n, 1)``, NaN for a NaN norm.
+    Each row and the radius are divided by :func:`row_scales` first: that keeps the squares from
+    overflow and underflow as in :func:`row_norms`, and a finite row whose norm itself overflows
+    (6 entries of 1e308) its factor, where ``radius / inf`` sent it to the center."""
+    v = v.astype(np.float64, copy=False)
+    scale = row_scales(v)
+    norm = np.linalg.norm(v / scale, axis=1, keepdims=True)  # ||v_i|| / scale
+    bound = radius / scale
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(norm > bound, bound / norm, 1.0)
+    return np.where(np.isnan(norm), np.nan, factor)
+
+
 def project_l2_ball(z, center, radius, out):
     """``out = c + (z - c) * min(1, radius / ||z - c||)`` per row (``c = 0`` when ``center`` is empty)."""
     c = center if len(center) else 0.0
     diff = z - c
-    norm = row_norms(diff)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(norm > radius, radius / norm, 1.0)
-    factor = np.where(np.isnan(norm), np.nan, factor)
+    factor = l2_ball_factors(diff, radius)
     with np.errstate(invalid="ignore"):  # inf * 0 for a row with an infinite entry: NaN, as wanted
         out[...] = c + diff * factor
     return out
@@ -161,11 +172,22 @@ def project_l1_ball(z, radius, out):
 
 
 def prox_nuclear(z, n_rows, tau, out):
-    """``U diag(max(s - tau, 0)) V^T`` of each row reshaped to ``(n_rows, p // n_rows)``."""
+    """``U diag(max(s - tau, 0)) V^T`` of each row reshaped to ``(n_rows, p // n_rows)``; NaN for a row
+    with NaN or inf (LAPACK refuses them).
+
+    Each matrix is divided by its largest magnitude ``c`` and thresholded at ``tau / c``, then scaled
+    back: finite entries near the dtype's largest value (2e38 in float32) would overflow in the SVD.
+    """
     matrices = z.reshape(z.shape[0], n_rows, -1)
-    u, s, vt = np.linalg.svd(matrices, full_matrices=False)
-    shrunk = np.maximum(s - tau, 0)
-    out[...] = ((u * shrunk[:, None, :]) @ vt).reshape(z.shape)
+    result = np.full(matrices.shape, np.nan, z.dtype)
+    finite = np.isfinite(z).all(axis=1)
+    if finite.any():
+        c = row_scales(z[finite]).astype(z.dtype)[:, :, None]  # exact: an entry's magnitude (or 1)
+        u, s, vt = np.linalg.svd(matrices[finite] / c, full_matrices=False)
+        with np.errstate(over="ignore"):  # tau / c beyond the dtype's range: every value is shrunk to 0
+            shrunk = np.maximum(s - (tau / c[:, 0]).astype(z.dtype), 0)
+        result[finite] = ((u * shrunk[:, None, :]) @ vt) * c
+    out[...] = result.reshape(z.shape)
     return out
 
 

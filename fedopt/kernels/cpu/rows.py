@@ -10,7 +10,7 @@ from numba import prange
 from fedopt.kernels import SHIFT_RATIO, SQUARES_MAX, SQUARES_MIN
 from fedopt.kernels.cpu._jit import REDUCTION_MATH, function, inline, kernel
 from fedopt.kernels.cpu.elementwise import BLOCK
-from fedopt.kernels.reference import row_norms, simplex_row
+from fedopt.kernels.reference import l2_ball_factors, simplex_row
 
 #: Rows of up to this many entries are one task each in the l2-ball, simplex and l1-ball
 #: projections (a row then stays in cache between its passes); longer rows are split into
@@ -163,10 +163,18 @@ def _scale_rows_about(z, center, factor, out):
                 oi[j] = zi[j] * f
 
 
+@inline
+def _ball_factor(norm, radius):
+    """``min(1, radius / norm)``; NaN for a NaN norm."""
+    return 1.0 if norm <= radius else radius / norm
+
+
 @function
-def _rescaled_distance(z, i, center, squares):
-    """``||z[i] - center||`` (``center`` may be empty: the origin) with the differences divided by the
-    largest magnitude first; ``sqrt(squares)``, the plain norm, where that is 0, inf or NaN."""
+def _rescaled_ball_factor(z, i, center, squares, radius):
+    """:func:`_ball_factor` of ``||z[i] - center||`` (``center`` may be empty: the origin) with the
+    differences and the radius divided by the largest magnitude first, so that neither the squares
+    nor the norm itself (6 entries of 1e308) overflow; from ``sqrt(squares)``, the plain norm, where
+    the largest magnitude is 0, inf or NaN."""
     zi = z[i]
     has_center = center.shape[0] > 0
     largest = 0.0
@@ -174,12 +182,12 @@ def _rescaled_distance(z, i, center, squares):
         a = abs(zi[j] - center[j] if has_center else zi[j])
         largest = a if a > largest else largest
     if not (0.0 < largest < math.inf):
-        return math.sqrt(squares)
+        return _ball_factor(math.sqrt(squares), radius)
     total = 0.0
     for j in range(zi.shape[0]):
         a = (zi[j] - center[j] if has_center else zi[j]) / largest
         total += a * a
-    return largest * math.sqrt(total)
+    return _ball_factor(math.sqrt(total), radius / largest)
 
 
 @kernel(fastmath=REDUCTION_MATH)
@@ -187,7 +195,7 @@ def _l2_ball_rows(z, center, radius, out):
     """Rows of at most ROW_CHUNK entries, one per task: the norm, then the scaling (the row is still in cache).
 
     Rows are indexed ``z[i, j]``, not through views ``z[i]``: a view that lives across a call (here
-    to :func:`_rescaled_distance`) is reference-counted, two atomic operations a row, which made 100
+    to :func:`_rescaled_ball_factor`) is reference-counted, two atomic operations a row, which made 100
     rows of 10 take 4.7x a plain loop's time on an Intel Xeon (Emerald Rapids)."""
     n, p = z.shape
     has_center = center.shape[0] > 0
@@ -199,8 +207,10 @@ def _l2_ball_rows(z, center, radius, out):
         else:
             for j in range(p):
                 total += z[i, j] * z[i, j]
-        norm = math.sqrt(total) if SQUARES_MIN <= total <= SQUARES_MAX else _rescaled_distance(z, i, center, total)
-        factor = 1.0 if norm <= radius else radius / norm  # NaN for a NaN norm
+        if SQUARES_MIN <= total <= SQUARES_MAX:
+            factor = _ball_factor(math.sqrt(total), radius)
+        else:
+            factor = _rescaled_ball_factor(z, i, center, total, radius)
         if has_center:
             for j in range(p):
                 out[i, j] = center[j] + (z[i, j] - center[j]) * factor
@@ -222,12 +232,12 @@ def project_l2_ball(z, center, radius, out):
     _row_squared_distances(z.size, z, center, partial)
     squares = partial.sum(axis=1)
     norms = np.sqrt(squares)
-    suspect = ~((squares >= SQUARES_MIN) & (squares <= SQUARES_MAX))  # see SQUARES_MIN
-    if suspect.any():
-        norms[suspect] = row_norms(z[suspect] - (center if len(center) else 0.0))[:, 0]
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where(norms > radius, radius / norms, 1.0)
     factor[np.isnan(norms)] = np.nan
+    suspect = ~((squares >= SQUARES_MIN) & (squares <= SQUARES_MAX))  # see SQUARES_MIN
+    if suspect.any():
+        factor[suspect] = l2_ball_factors(z[suspect] - (center if len(center) else 0.0), radius)[:, 0]
     _scale_rows_about(z.size, z, center, factor, out)
     return out
 
@@ -402,16 +412,21 @@ def _sample_bracket(z, radius, use_abs):
     return lo, hi
 
 
-def _michelot(z, radius, use_abs, buf, counts, sums, base_count, base_sum):
-    """Michelot's (Newton's) iteration over the candidates kept in ``buf``, from a lower bound of ``tau``.
+def _michelot(z, radius, use_abs, buf, counts, sums, base_count, base_sum, tau):
+    """Michelot's (Newton's) iteration over the candidates kept in ``buf`` (those above ``tau``, a
+    lower bound of the threshold).
 
     ``tau_{k+1} = (base_sum + sum(y > tau_k) - radius) / (base_count + count(y > tau_k))``, where
     ``base_*`` accounts for entries known to be active; it rises monotonically to the threshold,
     and entries at or below ``tau_k`` are dropped for good, so each pass scans fewer candidates.
+    Where no entry is left (a radius below the rounding of ``max(y)``: 1e16 - 1 is 1e16) or the sum
+    overflows, ``tau_k`` stays: still a finite lower bound, where 0 / 0 gave NaN and -radius / 0 -inf.
     """
     size = counts.sum(axis=1)
     while True:
-        tau = (base_sum + sums.sum(axis=1) - radius) / (base_count + size)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            step = (base_sum + sums.sum(axis=1) - radius) / (base_count + size)
+        tau = np.where(np.isfinite(step), step, tau)
         _keep_above(int(size.sum()), z, use_abs, False, tau, buf, counts, sums)
         new_size = counts.sum(axis=1)
         if np.array_equal(new_size, size):
@@ -429,7 +444,7 @@ def _safe_thresholds(z, radius, use_abs):
     counts = np.empty((n, chunks), dtype=np.int64)
     buf = np.empty((n, chunks * ROW_CHUNK))
     _keep_above(z.size, z, use_abs, True, start, buf, counts, sums)
-    return _michelot(z, radius, use_abs, buf, counts, sums, 0, 0.0)
+    return _michelot(z, radius, use_abs, buf, counts, sums, 0, 0.0, start)
 
 
 def _newton_thresholds(z, radius, use_abs):
@@ -457,7 +472,7 @@ def _newton_thresholds(z, radius, use_abs):
         )
         holds &= (counts <= BRACKET_SLOTS).all(axis=1)
         np.minimum(counts, BRACKET_SLOTS, out=counts)
-        tau = _michelot(z, radius, use_abs, buf, counts, sums, base_count, base_sum)
+        tau = _michelot(z, radius, use_abs, buf, counts, sums, base_count, base_sum, lo)
         missed = ~holds & np.isfinite(row_totals)
         if missed.any():
             tau[missed] = _safe_thresholds(np.ascontiguousarray(z[missed]), radius, use_abs)
@@ -540,12 +555,14 @@ def _project_simplex_rows(z, radius, use_abs, out):
     if use_abs:
         tau[row_totals <= radius] = 0.0  # already inside the l1 ball: the projection is the identity
     tau[~np.isfinite(row_totals)] = np.nan
-    _shrink_rows(z.size, z, tau, use_abs, out)
     # Rows whose largest entry dwarfs the radius (SHIFT_RATIO; tau lies within the radius below it), or
-    # whose sum overflowed, again on the shifted row: rare, so by the reference's sort.
-    for i in np.flatnonzero((np.abs(tau) > SHIFT_RATIO * radius) | np.isinf(row_totals)):
-        x = simplex_row(np.abs(z[i]) if use_abs else z[i], radius)
-        out[i] = np.copysign(x, z[i]) if use_abs else x
+    # whose sum overflowed, again on the shifted row: rare, so by the reference's sort. Computed before
+    # the shrink, which may overwrite z (out is z in place).
+    rescued = {i: np.copysign(simplex_row(np.abs(z[i]), radius), z[i]) if use_abs else simplex_row(z[i], radius)
+               for i in np.flatnonzero((np.abs(tau) > SHIFT_RATIO * radius) | np.isinf(row_totals))}
+    _shrink_rows(z.size, z, tau, use_abs, out)
+    for i, x in rescued.items():
+        out[i] = x
     return out
 
 
