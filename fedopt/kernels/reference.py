@@ -107,7 +107,7 @@ def l2_ball_factors(v, radius):
     """``min(1, radius / ||v_i||)`` for every row of ``v`` (2-D), kept ``(n, 1)``, NaN for a NaN norm.
     Each row and the radius are divided by :func:`row_scales` first: that keeps the squares from
     overflow and underflow as in :func:`row_norms`, and a finite row whose norm itself overflows
-    (6 entries of 1e308) its factor, where ``radius / inf`` sent it to the center."""
+    (6 entries of 1e308) still gets its factor, where ``radius / inf`` sent it to the center."""
     v = v.astype(np.float64, copy=False)
     scale = row_scales(v)
     norm = np.linalg.norm(v / scale, axis=1, keepdims=True)  # ||v_i|| / scale
@@ -173,7 +173,7 @@ def project_l1_ball(z, radius, out):
 
 def prox_nuclear(z, n_rows, tau, out):
     """``U diag(max(s - tau, 0)) V^T`` of each row reshaped to ``(n_rows, p // n_rows)``; NaN for a row
-    with NaN or inf (LAPACK refuses them).
+    with NaN or inf (LAPACK refuses them, or never returns: a 3 x 3 matrix with -inf).
 
     Each matrix is divided by its largest magnitude ``c`` and thresholded at ``tau / c``, then scaled
     back: finite entries near the dtype's largest value (2e38 in float32) would overflow in the SVD.
