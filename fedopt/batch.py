@@ -43,6 +43,7 @@ from fedopt.run import (
     history_columns,
     metric_step,
     nonfinite_metrics,
+    nonfinite_runs,
     run_generator,
 )
 
@@ -502,7 +503,7 @@ class _Batch:
                 # round, not next_round: no cohorts in a batch, so nothing of last_finite is written in place
                 self.state = self.method.round(self.state)
                 self.seconds[self.active] += (time.perf_counter() - begun) / len(self.active)
-                for position, part in self._nonfinite(self.state):
+                for position, part in nonfinite_runs(self.state, len(self.active)):
                     self._stop(position, last_finite, f"{part} has NaN or inf entries after round {t}", "nonfinite")
                 if t % eval_every == 0 or t == rounds:
                     self._record(self.state, last_finite)
@@ -520,17 +521,6 @@ class _Batch:
         if self.show:
             print(file=sys.stderr)
         return self.results
-
-    def _nonfinite(self, state):
-        """``(position, what)`` for each run whose model ``x`` or pre-prox point ``z`` has NaN or inf
-        entries (a constraint's prox keeps ``x`` finite while ``z`` runs to inf): one transfer."""
-        xp, count = self.xp, len(self.active)
-        checks = [xp.isfinite(state.x).reshape(count, -1).all(axis=1)]
-        if state.z is not None:
-            checks.append(checks[0] & xp.isfinite(state.z).reshape(count, -1).all(axis=1))
-        host = state.env.problem.backend.to_numpy(xp.stack(checks))
-        x_ok, ok = host[0], host[-1]
-        return [(p, "the model" if not x_ok[p] else "the pre-prox point z") for p in np.flatnonzero(~ok)]
 
     def _record(self, state, last_finite):
         """Evaluate every run in the batch; stop those whose values are not finite, or that a rule or ``tol`` stops."""

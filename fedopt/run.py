@@ -479,12 +479,6 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     def converged():
         return status["converged"]
 
-    xp = problem.backend.xp
-
-    def finite(state):  # x and z, one host sync: a constraint's prox keeps x finite while z runs to inf
-        ok = xp.isfinite(state.x).all()
-        return bool(ok if state.z is None else ok & xp.isfinite(state.z).all())
-
     last_finite = state
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, once
         record(state)
@@ -492,8 +486,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             if converged():
                 break
             state = method.next_round(state)
-            if not finite(state):
-                rejected(f"{nonfinite_part(state, xp)} has NaN or inf entries after round {t}", state)
+            for _, part in nonfinite_runs(state):
+                rejected(f"{part} has NaN or inf entries after round {t}", state)
             if t % eval_every == 0 or t == rounds:
                 record(state)
             last_finite = state
@@ -516,10 +510,19 @@ def metric_step(method, regularizer, metric_gamma) -> float:
     return regularizer.check_step(metric_gamma, "metric_gamma")
 
 
-def nonfinite_part(state: State, xp) -> str:
-    """What of ``state`` is NaN or inf: ``"the model"`` (``x``) or ``"the pre-prox point z"``. A
-    constraint's prox (Box, L1Ball, ...) keeps ``x`` finite while ``z`` and the corrections run to inf."""
-    return "the model" if not bool(xp.isfinite(state.x).all()) else "the pre-prox point z"
+def nonfinite_runs(state: State, runs: int = 1) -> list[tuple[int, str]]:
+    """``(run, what)`` for each of the state's ``runs`` (a batch's leading axis) whose model ``x``
+    (``"the model"``) or pre-prox point ``z`` (``"the pre-prox point z"``) has NaN or inf entries:
+    a constraint's prox (Box, L1Ball, ...) keeps ``x`` finite while ``z`` and the corrections run to
+    inf. Called every round: one transfer to the host while all are finite."""
+    backend = state.env.problem.backend
+    xp = backend.xp
+    x_ok = xp.isfinite(state.x).reshape(runs, -1).all(axis=1)
+    ok = backend.to_numpy(x_ok if state.z is None else x_ok & xp.isfinite(state.z).reshape(runs, -1).all(axis=1))
+    if ok.all():
+        return []
+    x_ok = backend.to_numpy(x_ok)
+    return [(r, "the model" if not x_ok[r] else "the pre-prox point z") for r in np.flatnonzero(~ok)]
 
 
 def nonfinite_metrics(row: dict, columns) -> str | None:

@@ -339,6 +339,21 @@ def test_partial_fit_on_a_batch_with_another_mean_starts_from_the_model(algorith
     assert est.n_iter_ == 50 and est.history_["round"][-1] == 150  # the rounds are numbered on
 
 
+def test_partial_fit_restarts_on_another_feature_mean_alone():
+    """The steps stay fixed over both batches, so only the centering of the intercept tells them apart."""
+    X, y, _ = classification()
+    first, second = two_batches(X)
+    est = FederatedLogisticRegression(0.01, n_clients=3, gamma=1.0, lr_local=0.1, eval_every=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)  # a model away from 0, whose intercept depends on the centering
+    est.set_params(lr_local=1e-12, lr_server=1e-12).partial_fit(X[first], y[first])
+    coef, intercept = est.coef_.copy(), est.intercept_.copy()
+    est.partial_fit(X[second], y[second])
+    np.testing.assert_allclose(est.coef_, coef, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(est.intercept_, intercept, rtol=0, atol=1e-9)
+
+
 def test_fedda_restarted_on_another_batch_keeps_its_elapsed_prox_weight():
     # FedDA reports prox_{a_t phi}(dual) with a_t growing with the round t: a dual at the model would zero it
     X, y, _ = classification()

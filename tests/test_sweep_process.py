@@ -246,8 +246,8 @@ def test_sigterm_is_handled_like_ctrl_c_and_keeps_whole_rows(tmp_path, monkeypat
         summary = sweep.run_sweep(exp, store, executor="serial")
         assert signal.getsignal(signal.SIGTERM) is before
         assert summary.interrupted and summary.signal == "SIGTERM" and not summary.ok
-        # the first batch came back and was stored whole, row by row, before it stopped (its other
-        # runs were dropped when the signal fired after the first row)
+        # the first batch came back and was stored whole, row by row, before it stopped (the signal
+        # used to fire after the first row and drop the batch's other runs)
         assert summary.executed == 4 and store.count() == 4
         assert "interrupted by SIGTERM" in str(summary)
         assert store._db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0

@@ -369,10 +369,13 @@ class CohortRounds:
         return None
 
     def check_problem(self, problem) -> None:
-        """Also refuse uniform cohorts larger than the clients of positive weight (the others are never drawn)."""
+        """Also refuse cohorts larger than the population, and uniform ones larger than the clients of
+        positive weight (the others are never drawn)."""
         super().check_problem(problem)
-        if self.clients_per_round is not None and self.sampling == "uniform":
-            problem.check_cohort(self.cohort_size(problem.n_clients), "clients_per_round")
+        if self.clients_per_round is not None:
+            size = self.cohort_size(problem.n_clients)
+            if self.sampling == "uniform":
+                problem.check_cohort(size, "clients_per_round")
 
     def next_round(self, state: State) -> State:
         """One round with the clients sampled for it (partial participation), or with all of them.

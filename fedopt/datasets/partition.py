@@ -11,6 +11,8 @@ from fedopt._checks import count, real
 from fedopt.datasets._dataset import FederatedDataset, check_features, check_sample_weight
 
 SCHEMES = ("iid", "sorted", "dirichlet", "shards")
+#: The schemes that split by class label.
+LABEL_SCHEMES = ("dirichlet", "shards")
 
 
 def encode_targets(y, task: str = "auto"):
@@ -108,7 +110,7 @@ def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 
         y_test = _encode_like(test[1], classes)
     if n_clients > X.shape[0]:
         raise ValueError(f"n_clients={n_clients} is more than the {X.shape[0]} training samples; use fewer clients")
-    if scheme in ("dirichlet", "shards") and classes is None:
+    if scheme in LABEL_SCHEMES and classes is None:
         raise ValueError(f"scheme={scheme!r} needs class labels, but y holds continuous targets; "
                          "use 'iid' or 'sorted', or pass task='classification'")
     if scheme == "iid":

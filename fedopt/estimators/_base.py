@@ -21,6 +21,7 @@ from fedopt.algorithms.base import SAMPLING, clients_count
 from fedopt.algorithms.decentralized import DecentralizedMethod
 from fedopt.algorithms.vi import VIMethod
 from fedopt.datasets import from_client_ids, partition
+from fedopt.datasets.partition import LABEL_SCHEMES, SCHEMES
 from fedopt.estimators._gap import CenteredRows, dot_transposed, float64_chunks
 from fedopt.metrics import natural_map
 from fedopt.problems import LeastSquares
@@ -38,9 +39,8 @@ SERVER_METHODS = tuple(name for name, cls in ALGORITHMS.items() if not issubclas
 SMOOTH_METHODS = ("scaffold", "scaffnew")
 #: The server methods that take ``clients_per_round`` and ``sampling`` (partial participation).
 COHORT_METHODS = tuple(name for name in SERVER_METHODS if "clients_per_round" in _accepted(name))
-#: The partitions of :func:`fedopt.datasets.partition`; the last two split by class label (classifiers only).
-PARTITIONS = ("iid", "sorted", "dirichlet", "shards")
-LABEL_PARTITIONS = ("dirichlet", "shards")
+#: The partitions of :func:`fedopt.datasets.partition`, and those that split by class label (classifiers only).
+PARTITIONS, LABEL_PARTITIONS = SCHEMES, LABEL_SCHEMES
 
 
 class _FederatedEstimator(BaseEstimator):
@@ -329,8 +329,7 @@ class _GapStop:
 def _same_key(key, last):
     """Whether two ``(steps, regularizer, center)`` keys of :meth:`_FederatedEstimator._run` agree."""
     (steps, regularizer, center), (last_steps, last_regularizer, last_center) = key, last
-    same_center = (center is None) == (last_center is None) and (center is None or np.array_equal(center, last_center))
-    return steps == last_steps and regularizer == last_regularizer and same_center
+    return steps == last_steps and regularizer == last_regularizer and np.array_equal(center, last_center)
 
 
 def _subgradient(regularizer, x):

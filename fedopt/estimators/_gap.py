@@ -209,4 +209,4 @@ def logistic_scale(codes, n_classes, fit_intercept, shares):
         return float(np.log(n_classes))
     share = np.bincount(codes, weights=shares, minlength=n_classes)
     share /= share.sum()
-    return max(0.0, float(-xlogy(share, share).sum()))
+    return float(-xlogy(share, share).sum())  # each share <= 1: every term >= 0

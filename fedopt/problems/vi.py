@@ -31,7 +31,6 @@ smooth game, and a long deterministic forward-backward-forward run for a composi
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import ClassVar
 
@@ -224,7 +223,7 @@ class VIProblem(PointArguments):
     @classmethod
     def regularizer_table(cls, options: dict) -> dict:
         """The ``[run.regularizer]`` table of :attr:`regularizer` for a problem built from ``options``
-        (a sweep's default)."""
+        (its sweep table, every option filled in): a sweep's default."""
         return {"name": "zero"}
 
     def solution(self, regularizer=None) -> np.ndarray:
@@ -465,7 +464,7 @@ class L1BilinearGame(QuadraticSaddle):
 
     @classmethod
     def regularizer_table(cls, options):
-        return {"name": "l1", "lam": options.get("lam", inspect.signature(cls).parameters["lam"].default)}
+        return {"name": "l1", "lam": options["lam"]}
 
     def _blocks(self, rng):
         n_y, n_x = self._shape

@@ -116,6 +116,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from fedopt.sweep.claims import check_rounds, parse_claim
+from fedopt.sweep.report import _loggable
 
 try:  # Python 3.11+
     import tomllib
@@ -500,11 +501,12 @@ class Experiment:
         self._check_params(self._check_shared_hyperparameters())
         specs = []
         for grid in self.grids:
-            shared = [k[len("algorithm."):] for k in grid.axes if _shared_key(k)]
+            run = _copy_tables(self.run)
+            for key in grid.axes:  # the grid's value wins over the file's per-method ones
+                if _shared_key(key):
+                    self._drop_per_method(run, key[len("algorithm."):])
             for point in grid.points():
-                base = _copy_tables(self.run)
-                for key in shared:  # the grid's value wins over the file's per-method ones
-                    self._drop_per_method(base, key)
+                base = _copy_tables(run)
                 for key, value in point.items():
                     _assign(base, key, value)
                 resolved = self._resolve(base, grid)
@@ -528,7 +530,7 @@ class Experiment:
                 raise self.error(str(err), path) from None
         shared = {k for k, v in self.run.get("algorithm", {}).items() if k != "name" and not isinstance(v, dict)}
         for grid in self.grids:
-            shared |= {k.split(".", 1)[1] for k in grid.axes if k.startswith("algorithm.") and k.count(".") == 1}
+            shared |= {k.split(".", 1)[1] for k in grid.axes if _shared_key(k)}
         known = set()
         for name in names:
             known |= set(algorithms.hyperparameters(name))
@@ -1066,7 +1068,7 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
                 raise exp.error(f"names no axis of this grid; its axes are {', '.join(grid.axes) or 'none'}",
                                 f"grid[{index}].{role}")
             setattr(grid, role, chosen)
-        bad = [v for v in grid.axes.get(grid.slope, []) if not (_is_number(v) and v > 0)]
+        bad = [v for v in grid.axes.get(grid.slope, []) if not _loggable(v)]
         if bad:  # the report fits log y against log x, and reads x from the values as written
             raise exp.error(f"slope = {grid.slope!r} needs an axis of numbers > 0 (the slope is fitted against "
                             f"their logarithm), but it has {', '.join(map(repr, bad))}; choose another axis, or "

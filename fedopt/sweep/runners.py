@@ -143,7 +143,7 @@ class _Local:
 
     def _restart(self) -> str:
         """Replace the broken pool by a fresh one; how its dead worker ended."""
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        processes = self._workers()
         self.pool.shutdown(wait=True, cancel_futures=True)  # the broken pool's survivors were terminated
         codes = sorted({p.exitcode for p in processes if p.exitcode not in (None, 0, -signal.SIGTERM)})
         self.pool = self._start()
@@ -153,7 +153,7 @@ class _Local:
     def stop(self):
         self.queue.clear()
         self.alone.clear()
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        processes = self._workers()
         self.pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:  # the workers this pool started
             if process.is_alive():
@@ -163,6 +163,10 @@ class _Local:
 
     def close(self):
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _workers(self) -> list:
+        """The pool's worker processes (gone from the pool once it is shut down)."""
+        return list((getattr(self.pool, "_processes", None) or {}).values())
 
 
 def _died(unit, reason: str) -> list:

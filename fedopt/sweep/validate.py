@@ -106,8 +106,6 @@ def validate(specs) -> None:
                 method.check(problem, reg)
                 if hasattr(method, "network"):  # decentralized: the graph must fit the clients
                     method.network(problem)
-                if getattr(method, "clients_per_round", None) is not None:  # any sampling: a round draws that many
-                    method.cohort_size(problem.n_clients)
             except Exception as err:
                 found.add("algorithm", json.loads(a), err, n, fallback="name")
                 continue
