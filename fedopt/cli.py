@@ -294,7 +294,32 @@ def _report(args) -> int:
         if path:
             export(args.store, path, sweep=result["sweeps"])  # the runs of the reported sweeps, not the whole store
             print(f"one row per run and evaluated round: {path}")
-    return _claims_code(result["claims"]) if args.check else 0
+    if not args.check:
+        return 0
+    # as `fedopt sweep --check`: 1 when a run failed, CLAIM_FAILED when a claim fails (it takes precedence)
+    return max(0 if _runs_ok(args.store, result["sweeps"]) else 1, _claims_code(result["claims"]))
+
+
+def _runs_ok(store_path, sweeps) -> bool:
+    """Whether the stored runs of ``sweeps`` are what ``fedopt sweep`` exits 0 on (:attr:`SweepSummary.ok`);
+    prints where to look when they are not."""
+    from fedopt.sweep.execute import SweepSummary
+    from fedopt.sweep.store import Store
+
+    ok = True
+    with Store(store_path, readonly=True) as store:
+        for sweep in sweeps:
+            info = store.sweep(sweep)  # its runs counted by stored status, and missing
+            counts = info["counts"]
+            summary = SweepSummary(info["experiment"], total=info["runs"], skipped=info["runs"], sweep=sweep,
+                                   counts=counts)
+            if not summary.ok:
+                ok = False
+                bad = ", ".join(f"{counts[s]} {s}" for s in ("failed", "missing") if counts[s])
+                print(f"{summary.experiment}: {bad} of {summary.total} runs; `fedopt store show {store_path} "
+                      f"{sweep[:12]}` lists the errors; `fedopt sweep` runs the missing runs, with --retry-failed "
+                      "the failed ones too", file=sys.stderr)
+    return ok
 
 
 def _store(args) -> int:

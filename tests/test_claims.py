@@ -116,6 +116,41 @@ def test_a_diverged_seed_of_the_claimed_best_fails_it_and_missing_points_are_inc
     assert C.check([claim(grid="other")], members({("a", 4): LOW}))[0].verdict == "inconclusive"
 
 
+def test_a_claimed_best_that_lost_a_seed_the_other_finished_fails_though_the_other_lost_one_too():
+    points = {("a", 4): LOW, ("b", 4): HIGH}
+    lost = {("a", 4, s): "diverged" for s in range(6)} | {("b", 4, 0): "diverged"}
+    [v] = C.check([claim()], members(points, status=lost))
+    assert v.verdict == "fails" and "a: 6 of 8 seeds diverged, b: 1 of 8 seeds diverged" in v.lines[0]
+    [v] = C.check([claim()], members(points, status={("a", 4, 3): "diverged", ("b", 4, 5): "diverged"}))
+    assert v.verdict == "fails"  # as many seeds lost, but not the same ones
+    # a seed that both lost (a hard one) is left out like any seed not done in both
+    [v] = C.check([claim()], members(points, status={("a", 4, 3): "diverged", ("b", 4, 3): "diverged"}))
+    assert v.verdict == "holds" and "paired over 7 seeds" in v.lines[0]
+
+
+def test_a_claim_along_an_axis_of_tables_gets_a_verdict():
+    text = TINY.replace('slope = "dataset.n_clients"', "divergence = [false, { objective_factor = 10.0 }]") + """
+[[claim]]
+name = "rule"
+grid = "speedup"
+kind = "within"
+axis = "divergence"
+tolerance = 0.05
+"""
+    [rule] = sweep.parse_experiment(text).claims
+    assert rule.values == [False, {"objective_factor": 10.0}]
+    runs = members({("a", 4): LOW, ("b", 4): [x * 1.01 for x in LOW]}, grid="speedup")
+    for run in runs:  # the table as stored, its keys in either order
+        table = {"objective_factor": 10.0, "stall_factor": 0.01}
+        if run["labels"]["seed"] % 2:
+            table = dict(reversed(table.items()))
+        run["labels"]["divergence"] = False if run["labels"].pop("algorithm.name") == "a" else table
+    rule.values[1] = {"stall_factor": 0.01, "objective_factor": 10.0}  # the claim's, in a third order
+    [v] = C.check([rule], runs)
+    assert v.verdict == "holds" and "paired over 8 seeds" in v.lines[0]
+    [v] = C.check([claim(grid="speedup", axis="divergence", values=rule.values[::-1])], runs)
+    assert v.verdict == "fails"  # best: the table's runs are 1 % higher
+
 def test_order_ratio_difference_and_within():
     runs = members({("a", 4): LOW, ("b", 4): HIGH, ("c", 4): [10 * h for h in HIGH]})
     assert C.check([claim(kind="order", values=["a", "b", "c"])], runs)[0].verdict == "holds"
@@ -220,6 +255,34 @@ def test_a_where_value_must_be_a_value_of_its_axis():
     [v] = C.check([claim(where={"dataset.n_clients": [5]})], members({("a", 4): LOW, ("b", 4): HIGH}))
     assert v.lines == ["no runs of this grid in the sweep have the claim's where values"]
 
+
+def test_a_where_on_the_claims_own_axis_bounds_its_values():
+    def refusal(text):
+        with pytest.raises(sweep.ConfigError) as err:
+            sweep.parse_experiment(text, source="tiny.toml")
+        return str(err.value)
+
+    assert refusal(CLAIMED + 'where = { "dataset.n_clients" = [8] }\n').endswith(
+        "key 'claim[0].values': claim 'more-clients-lower': 4 is left out by where (dataset.n_clients = [8]): add it "
+        "to where or drop it from values")
+    within = CLAIMED.replace("[4, 8]", "[4, 8, 16]").replace('kind = "order"', 'kind = "within"\ntolerance = 0.5')
+    within = within.replace("values = [8, 4]\n", "")
+    assert sweep.parse_experiment(within).claims[0].values == [4, 8, 16]
+    narrowed = sweep.parse_experiment(within + 'where = { "dataset.n_clients" = [16, 8] }\n').claims[0]
+    assert narrowed.values == [16, 8]
+    assert refusal(within + 'where = { "dataset.n_clients" = 8 }\n').endswith(
+        "a within claim compares at least 2 values of dataset.n_clients; where keeps only [8] of them: widen it")
+
+
+def test_a_ratio_interval_needs_a_high_bound_above_0():
+    for high in ("-1.0", "0.0"):
+        with pytest.raises(sweep.ConfigError, match=re.escape("a ratio of positive values is > 0: give interval = "
+                                                              "[low, high] with high > 0")):
+            sweep.parse_experiment(CLAIMED.replace('kind = "order"', f'kind = "ratio"\ninterval = [-2.0, {high}]'))
+    ratio = sweep.parse_experiment(CLAIMED.replace('kind = "order"', 'kind = "ratio"\ninterval = [-2.0, 0.5]'))
+    assert ratio.claims[0].interval == (-2.0, 0.5)  # low <= 0: no lower bound
+    difference = CLAIMED.replace('kind = "order"', 'kind = "difference"\ninterval = [-2.0, -1.0]')
+    assert sweep.parse_experiment(difference).claims[0].interval == (-2.0, -1.0)
 
 def test_a_claim_at_a_round_that_a_run_of_its_grid_does_not_evaluate_is_refused():
     def refusal(text):

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from fedopt import sweep
+from fedopt.cli import CLAIM_FAILED, main
 
 rep = importlib.import_module("fedopt.sweep.report")
 
@@ -139,6 +140,33 @@ def test_points_without_a_logarithm_are_named_as_left_out_of_the_slope():
         "e/g: not fitted, 0 points to fit (a slope needs 2); 2 points left out (no logarithm at n_clients=a (not a "
         "number > 0), n_clients=b (not a number > 0))"])
 
+
+def test_report_check_exits_1_on_failed_or_missing_runs_as_sweep_check_does(tmp_path, capsys):
+    def check(statuses, claimed=""):
+        path = tmp_path / f"{len(list(tmp_path.glob('*.db')))}.db"
+        exp = sweep.parse_experiment(TOML + claimed, source="tiny.toml", name="tiny")
+        with sweep.Store(path) as store:
+            specs = exp.expand()
+            store.register(exp, specs)
+            for spec in specs:
+                n, seed = spec.config["dataset"]["n_clients"], spec.config["seed"]
+                status = statuses.get((n, seed), "done")
+                if status != "missing":
+                    store.put(spec.key, spec.config, record(status, 3.0 / n))
+        code = main(["report", str(path), "--no-plots", "--out", str(tmp_path / "out"), "--check"])
+        return code, capsys.readouterr().err
+
+    assert check({(32, 1): "diverged"}) == (0, "")  # a divergence is a result of the grid
+    code, err = check({(64, 0): "failed", (32, 1): "diverged"})
+    assert code == 1 and "tiny: 1 failed of 12 runs; `fedopt store show " in err
+    code, err = check({(128, 0): "missing"})
+    assert code == 1 and "tiny: 1 missing of 12 runs" in err
+    # a claim that fails takes precedence, as with `fedopt sweep --check`
+    claimed = '[[claim]]\nname = "fewer-lower"\ngrid = "speedup"\nkind = "order"\naxis = "dataset.n_clients"\n' \
+              "values = [4, 8]\n"
+    code, err = check({(64, 0): "failed"}, claimed)
+    assert code == CLAIM_FAILED and "claims that fail: fewer-lower" in err and "1 failed of 12 runs" in err
+    assert main(["report", str(tmp_path / "1.db"), "--no-plots", "--out", str(tmp_path / "out")]) == 0
 
 def test_every_table_states_the_sweep_its_overrides_and_where_it_ran(store_path, tmp_path):
     result = rep.report(store_path, out=tmp_path / "out", plots=False, stream=io.StringIO())

@@ -16,6 +16,7 @@ with the figure or table and the sentence it comes from::
                                     # that every run of the grid evaluates (0, k * eval_every, rounds)
     goal = "min"                    # best/order: lower is better ("max": higher is better)
     where = { "dataset.n_clients" = [20, 50] }   # optional: only these grid points (values of the axis)
+                                                 # (on the claim's own axis: the values it may compare)
     expected = "fails"              # optional: a claim known not to reproduce here ...
     explanation = "..."             # ... and why (required with expected)
 
@@ -27,9 +28,10 @@ Kinds (``values`` and ``interval`` as the kind needs them):
   needs 3 numbers > 0 (a slope's interval needs 3 points), and its other values are left out.
 * ``ratio`` / ``difference``: ``values[0]`` over (minus) ``values[1]`` lies in ``interval``
   (``inf`` and ``-inf`` allowed); a ratio is always compared on the log scale, a difference on
-  the linear one.
-* ``within``: all ``values`` (default: all of the axis) lie within ``tolerance`` of each other:
-  a relative tolerance (ratio within ``[1/(1+t), 1+t]``) on the log scale, absolute on the linear.
+  the linear one; a ratio of positive values is > 0, so its interval needs ``high > 0``.
+* ``within``: all ``values`` (default: all of the axis, or those that ``where`` keeps of it) lie
+  within ``tolerance`` of each other: a relative tolerance (ratio within ``[1/(1+t), 1+t]``) on
+  the log scale, absolute on the linear.
 
 Every claim is checked separately for each setting of the grid's other varied axes (each panel of
 the figure) and holds only where it holds in all of them. A comparison of two grid points uses the
@@ -40,12 +42,13 @@ out, so that a hard seed lost on one side does not bias the other side's mean). 
 whether the differences are of logarithms (ratios) or of values. A comparison *holds* when its
 whole interval is on the claimed side, *fails* when its whole interval is on the other side, and
 is *inconclusive* otherwise (or with fewer than 2 seeds done in both). A claimed-better point
-with diverged seeds fails its comparison, and so does an exact tie (a best or order claim is
-strict). A claim ``at`` a round before the end also uses the runs that did not converge
-(divergence ``stall_factor``): they ran every round, and their values on the way are the
-evidence; a run without that round in its history (one stopped early by ``tol``, say) is left
-out as not evaluating it. A claim fails when one setting fails, holds when all hold, and is
-inconclusive otherwise.
+that diverged in a seed where the other point did not diverge fails its comparison (a seed that
+both lost, a hard one, is left out of it like any seed not done in both), and so does an exact
+tie (a best or order claim is strict). A claim ``at`` a round before the end also uses the runs
+that did not converge (divergence ``stall_factor``): they ran every round, and their values on
+the way are the evidence; a run without that round in its history (one stopped early by ``tol``,
+say) is left out as not evaluating it. A claim fails when one setting fails, holds when all hold,
+and is inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -155,15 +158,32 @@ def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> C
     claim.axis = table.get("axis", grid.slope if kind == "slope" else None)
     if claim.axis not in grid.axes:
         raise fail(f"names no axis of grid {grid.name!r}; its axes are {', '.join(grid.axes) or 'none'}", "axis")
+    where = table.get("where", {})
+    if not isinstance(where, dict):
+        raise fail('a table of grid axes, e.g. where = { "dataset.n_clients" = [20, 50] }', "where")
+    for key, value in where.items():
+        if key not in grid.axes:
+            raise fail(f"{key!r} is not an axis of grid {grid.name!r}", "where")
+        claim.where[key] = value if isinstance(value, list) else [value]
+        for v in claim.where[key]:  # a value the grid lacks would select no runs, forever inconclusive
+            if v not in grid.axes[key]:
+                raise fail(f"claim {claim.name!r}: {v!r} is not a value of {key} on grid {grid.name!r} "
+                           f"({grid.axes[key]})", "where")
     axis_values = grid.axes[claim.axis]
-    claim.values = list(table.get("values", axis_values if kind == "within" else []))
+    kept = claim.where.get(claim.axis, axis_values)  # where on the claim's own axis narrows its values
+    claim.values = list(table.get("values", kept if kind == "within" else []))
     for value in claim.values:
         if value not in axis_values:
             raise fail(f"{value!r} is not a value of {claim.axis} on grid {grid.name!r} ({axis_values})", "values")
+        if value not in kept:  # its runs are not selected: forever inconclusive
+            raise fail(f"claim {claim.name!r}: {value!r} is left out by where ({claim.axis} = {kept}): add it to "
+                       "where or drop it from values", "values")
     needed = {"best": 2, "order": 2, "ratio": 2, "difference": 2, "within": 2, "slope": 0}[kind]
     if len(claim.values) < needed or (kind in ("ratio", "difference") and len(claim.values) != 2):
+        narrowed = f"; where keeps only {kept} of them: widen it" \
+            if claim.axis in claim.where and "values" not in table else ""
         raise fail(f"a {kind} claim compares {'exactly' if kind in ('ratio', 'difference') else 'at least'} "
-                   f"{needed} values of {claim.axis}", "values")
+                   f"{needed} values of {claim.axis}{narrowed}", "values")
     at = table.get("at")
     if at is not None and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
         raise fail(f"a round number >= 0, got {at!r}", "at")
@@ -185,6 +205,9 @@ def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> C
                 and interval[0] < interval[1]):
             raise fail(f"a {kind} claim needs interval = [low, high] with low < high, got {interval!r}", "interval")
         claim.interval = (float(interval[0]), float(interval[1]))
+        if kind == "ratio" and claim.interval[1] <= 0:  # such a claim could only fail
+            raise fail(f"a ratio of positive values is > 0: give interval = [low, high] with high > 0 (low <= 0 "
+                       f"sets no lower bound), got {interval!r}", "interval")
     elif "interval" in table:
         raise fail(f"a {kind} claim takes no interval", "interval")
     if kind == "within":
@@ -196,22 +219,10 @@ def parse_claim(table: dict, index: int, grids: dict, columns: list, error) -> C
         raise fail(f"a {kind} claim takes no tolerance", "tolerance")
     if kind == "slope" and not (grid.slope or "axis" in table):
         raise fail(f"grid {grid.name!r} has no slope axis: give axis", "axis")
-    where = table.get("where", {})
-    if not isinstance(where, dict):
-        raise fail('a table of grid axes, e.g. where = { "dataset.n_clients" = [20, 50] }', "where")
-    for key, value in where.items():
-        if key not in grid.axes:
-            raise fail(f"{key!r} is not an axis of grid {grid.name!r}", "where")
-        claim.where[key] = value if isinstance(value, list) else [value]
-        for v in claim.where[key]:  # a value the grid lacks would select no runs, forever inconclusive
-            if v not in grid.axes[key]:
-                raise fail(f"claim {claim.name!r}: {v!r} is not a value of {key} on grid {grid.name!r} "
-                           f"({grid.axes[key]})", "where")
-    if kind == "slope":  # fitted against log axis: a claim with fewer than 3 such points is never decided
-        xs = claim.where.get(claim.axis, axis_values)
-        if len({x for x in xs if _loggable(x)}) < 3:
-            raise fail(f"claim {claim.name!r}: a slope claim needs 3 values of {claim.axis} that are numbers > 0 "
-                       f"(the slope's interval is fitted against their logarithm), got {xs}", "axis")
+    # fitted against log axis: a slope claim with fewer than 3 such points is never decided
+    if kind == "slope" and len({x for x in kept if _loggable(x)}) < 3:
+        raise fail(f"claim {claim.name!r}: a slope claim needs 3 values of {claim.axis} that are numbers > 0 "
+                   f"(the slope's interval is fitted against their logarithm), got {kept}", "axis")
     claim.expected = table.get("expected")
     if claim.expected is not None:
         if claim.expected not in ("fails", "inconclusive"):
@@ -307,20 +318,25 @@ def _check(claim: Claim, runs) -> tuple[str, list]:
     seen: dict = {}
     for m in runs:
         for key, value in m["labels"].items():
-            seen.setdefault(key, set()).add(json.dumps(value))
+            seen.setdefault(key, set()).add(_key(value))
     others = sorted(k for k, values in seen.items() if len(values) > 1 and k not in ("seed", claim.axis))
     settings: dict = {}
     for m in runs:
         setting = json.dumps({k: m["labels"].get(k) for k in others}, sort_keys=True)
-        settings.setdefault(setting, {}).setdefault(json.dumps(m["labels"].get(claim.axis)), []).append(m)
+        settings.setdefault(setting, {}).setdefault(_key(m["labels"].get(claim.axis)), []).append(m)
     verdicts, lines = [], []
     for setting, by_value in settings.items():
         name = ", ".join(f"{_short(k, [*others, claim.axis])}={_fmt(v)}" for k, v in json.loads(setting).items())
-        groups = {json.loads(v): rs for v, rs in by_value.items()}
+        groups = [(json.loads(v), rs) for v, rs in by_value.items()]
         verdict, text = (_check_slope if claim.kind == "slope" else _check_points)(claim, groups)
         verdicts.append(verdict)
         lines.append(f"{name + ': ' if name else ''}{verdict}; {text}")
     return _combine(verdicts), lines
+
+
+def _key(value) -> str:
+    """An axis value as canonical JSON text, hashable even where the value is a table (a dict)."""
+    return json.dumps(value, sort_keys=True)
 
 
 def _combine(verdicts) -> str:
@@ -350,10 +366,10 @@ def _usable(run, claim: Claim) -> bool:
     return claim.at is not None and run["status"] == "diverged" and STALLED in (run.get("error") or "")
 
 
-def _seeds(claim, runs) -> tuple[dict, int, int, int, int]:
-    """``({seed: value}, diverged, other not done, done at or below 0 on the log scale, without the
-    claim's round)`` of the runs of one grid point."""
-    values, diverged, other, unlogged, unevaluated = {}, 0, 0, 0, 0
+def _seeds(claim, runs) -> tuple[dict, set, int, int, int]:
+    """``({seed: value}, {diverged seed}, other not done, done at or below 0 on the log scale, without
+    the claim's round)`` of the runs of one grid point."""
+    values, diverged, other, unlogged, unevaluated = {}, set(), 0, 0, 0
     for run in runs:
         usable = _usable(run, claim)
         value = _value(run, claim) if usable else None
@@ -364,7 +380,7 @@ def _seeds(claim, runs) -> tuple[dict, int, int, int, int]:
         elif usable and claim.at is not None and claim.at not in ((run.get("history") or {}).get("round") or []):
             unevaluated += 1  # done, but the round is not in its history (fewer rounds, or stopped by tol)
         elif run["status"] == "diverged":
-            diverged += 1
+            diverged.add(run["labels"].get("seed"))
         else:
             other += 1
     return values, diverged, other, unlogged, unevaluated
@@ -397,10 +413,12 @@ def _place(low, high, lo, hi) -> str:
     return "inconclusive"
 
 
-def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
-    """The pairwise comparisons of a best, order, ratio, difference or within claim in one setting."""
-    data = {v: _seeds(claim, groups.get(v, [])) for v in claim.values}
-    absent = [v for v in claim.values if v not in groups]
+def _check_points(claim: Claim, groups: list) -> tuple[str, str]:
+    """The pairwise comparisons of a best, order, ratio, difference or within claim in one setting
+    (``groups``: ``[(axis value, its runs)]``)."""
+    runs = {_key(v): [r for x, rs in groups if x == v for r in rs] for v in claim.values}
+    data = {k: _seeds(claim, rs) for k, rs in runs.items()}
+    absent = [v for v in claim.values if not runs[_key(v)]]
     if absent:
         return "inconclusive", f"no runs of {', '.join(_fmt(v) for v in absent)}"
     if claim.kind == "best":
@@ -414,12 +432,12 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
     log = claim.scale == "log"
     verdicts, parts, hows = [], [], []
     for a, b in pairs:
-        (va, diverged_a, *_), (vb, diverged_b, *_) = data[a], data[b]
+        (va, diverged_a, *_), (vb, diverged_b, *_) = data[_key(a)], data[_key(b)]
         label = f"{_fmt(a)} {'/' if log else '-'} {_fmt(b)}"
         words = ("diverged", "not done", UNLOGGED, f"with round {claim.at} not evaluated")
-        not_done = ", ".join(f"{_fmt(v)}: {n} of {len(groups[v])} seeds {word}"
-                             for v in (a, b) for n, word in zip(data[v][1:], words, strict=True) if n)
-        if claim.kind in ("best", "order") and diverged_a and not diverged_b:
+        not_done = ", ".join(f"{_fmt(v)}: {n} of {len(runs[_key(v)])} seeds {word}"
+                             for v in (a, b) for n, word in zip(_counts(data[_key(v)]), words, strict=True) if n)
+        if claim.kind in ("best", "order") and diverged_a - diverged_b:  # lost a seed that the other did not
             verdicts.append("fails")
             parts.append(f"{label}: {not_done}")
             continue
@@ -447,6 +465,12 @@ def _check_points(claim: Claim, groups: dict) -> tuple[str, str]:
     return _combine(verdicts), "; ".join(parts)
 
 
+def _counts(seeds) -> tuple:
+    """The numbers of seeds not compared, by reason, from :func:`_seeds`."""
+    _, diverged, *others = seeds
+    return len(diverged), *others
+
+
 def _shared_time(claim: Claim, values: dict) -> bool:
     """Whether ``values`` are wall times all equal across seeds: runs that ran as one batch, whose time
     its runs share, so that their interval would be a point (a sweep runs them alone:
@@ -468,10 +492,10 @@ def _pair_verdict(claim: Claim, low: float, high: float) -> str:
     return _place(low, high, lo, hi)
 
 
-def _check_slope(claim: Claim, groups: dict) -> tuple[str, str]:
+def _check_slope(claim: Claim, groups: list) -> tuple[str, str]:
     """A slope claim in one setting: the fitted slope's 95 % interval against the claimed interval."""
     points, not_done, unlogged, unevaluated, off_scale = [], 0, 0, 0, []
-    for x, runs in groups.items():
+    for x, runs in groups:
         values, diverged, other, below, missing = _seeds(claim, runs)
         if not _loggable(x):  # the fit is against log x
             off_scale.append(f"{_short(claim.axis)}={_fmt(x)}")
