@@ -209,6 +209,8 @@ def test_costs_per_round(method, prox_per_round):
 @pytest.mark.parametrize("method, reg, kwargs, message", [
     ("scaffnew", Zero(), {"comm_prob": 0.0}, r"comm_prob must be a probability in \(0, 1\]"),
     ("scaffnew", Zero(), {"comm_prob": 1.5}, r"comm_prob must be a probability in \(0, 1\]"),
+    ("scaffnew", Zero(), {"comm_prob": True}, "comm_prob must be a finite number"),
+    ("scaffnew", Zero(), {"comm_prob": [0.1, 0.2]}, r"comm_prob must be a finite number .*\(one run takes one value"),
     ("scaffnew", Zero(), {"comm_prob": 0.3, "random_steps": False}, "1/comm_prob must be an integer"),
     ("scaffnew", Zero(), {"random_steps": "yes"}, "random_steps must be True or False"),
     ("scaffnew", Zero(), {"lr_local": -0.1}, "lr_local must be a finite number > 0"),

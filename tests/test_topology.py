@@ -59,6 +59,12 @@ def test_erdos_renyi_is_seeded_and_connected():
         T.make("erdos_renyi", 200, edge_prob=0.001)
 
 
+@pytest.mark.parametrize("edge_prob", [True, [0.2, 0.3], "dense", 0.0, 1.5, float("nan")])
+def test_a_bad_edge_prob_is_refused_by_name(edge_prob):
+    with pytest.raises(ValueError, match="edge_prob must be"):
+        T.make("erdos_renyi", 10, edge_prob=edge_prob)
+
+
 def test_lazy_mixing_halves_the_distance_to_the_identity():
     ring = T.make("ring", 10)
     lazy = T.make("ring", 10, mixing="lazy")

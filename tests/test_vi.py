@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 import fedopt
 from fedopt.algorithms.vi import metrics
 from fedopt.problems import LeastSquares
-from fedopt.problems.vi import VI_PROBLEMS, BilinearGame, L1BilinearGame, QuadraticGame, RobustLeastSquares
+from fedopt.problems.vi import VI_PROBLEMS, BilinearGame, L1BilinearGame, QuadraticGame, RobustLeastSquares, SmoothGame
 from fedopt.regularizers import L1, MCP, ElasticNet, Zero
 from fedopt.run import DivergenceError
 
@@ -97,6 +97,10 @@ def test_noise_has_total_variance_sigma_squared_and_comes_from_the_run_generator
     (lambda: RobustLeastSquares(n_samples=3, n_features=5), "n_samples"),
     (lambda: QuadraticGame(mu=0, coupling=0), "mu"),
     (lambda: L1BilinearGame(lam=0), "lam"),
+    (lambda: BilinearGame(min_singular=2.0), r"min_singular must be in \(0, 1\]"),
+    (lambda: QuadraticGame(min_singular=1.5), r"min_singular must be in \(0, 1\]"),
+    (lambda: SmoothGame(min_singular=100.0), r"min_singular must be in \(0, 1\]"),
+    (lambda: BilinearGame(min_singular=0), "min_singular"),
 ])
 def test_bad_problem_options_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):
@@ -150,6 +154,15 @@ def test_duality_gap_of_the_smooth_game_vanishes_at_the_solution_only(rng):
     z, center = problem.solution(), np.zeros(problem.n_params)
     assert abs(metrics.duality_gap(problem, z, center, problem.radius)) < 1e-8
     assert metrics.duality_gap(problem, z + 0.3 * rng.normal(size=z.size), center, problem.radius) > 1e-3
+
+
+def test_duality_gap_of_the_smooth_game_without_softplus_terms_is_that_of_the_bilinear_game(rng):
+    smooth, bilinear = small("smooth_game", scale=0.0), small("bilinear_game", dim=5)
+    assert smooth.block_curvature == 0
+    for x in [rng.normal(size=smooth.n_params), np.zeros(smooth.n_params), smooth.solution()]:
+        center = rng.normal(size=smooth.n_params)
+        expected = metrics.duality_gap(bilinear, x, center, 1.5)
+        assert metrics.duality_gap(smooth, x, center, 1.5) == pytest.approx(expected)
 
 
 def test_gap_bound_uses_the_least_norm_subgradient_of_phi():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fedopt.algorithms.base import Algorithm, Costs, Env, State
+from fedopt._checks import real
+from fedopt.algorithms.base import Algorithm, Costs, Env, State, _list_hint
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ class Scaffnew(Algorithm):
 
     def __post_init__(self):
         super().__post_init__()
-        p = float(self.comm_prob)
-        if not (0 < p <= 1):
+        p = real("comm_prob", self.comm_prob, hint=_list_hint(self.comm_prob))
+        if not 0 < p <= 1:
             raise ValueError(f"comm_prob must be a probability in (0, 1], got {self.comm_prob!r}")
         object.__setattr__(self, "comm_prob", p)
         if not self.random_steps and abs(1 / p - round(1 / p)) > 1e-9 * (1 / p):

@@ -60,6 +60,14 @@ def _unit_shifts(n_clients: int, p: int, rng: np.random.Generator) -> np.ndarray
     return shifts
 
 
+def _min_singular(value) -> float:
+    """``min_singular`` checked: the smallest singular value of the coupling, a fraction of the largest."""
+    number = real("min_singular", value, strict=True)
+    if number > 1:
+        raise ValueError(f"min_singular must be in (0, 1] (a fraction of the largest singular value), got {value!r}")
+    return number
+
+
 def _coupling(dim_x, dim_y, rng, min_singular):
     """``A`` with ``N(0, 1/dim_x)`` entries, singular values clipped to ``[min_singular, 1] * s_max``; ``||A|| = 1``."""
     A = rng.standard_normal((dim_x, dim_y)) / math.sqrt(dim_x)
@@ -370,7 +378,7 @@ class BilinearGame(QuadraticSaddle):
 
     def __init__(self, dim=50, min_singular=0.1, **options):
         self.dim = count("dim", dim)
-        self.min_singular = real("min_singular", min_singular, strict=True)
+        self.min_singular = _min_singular(min_singular)
         super().__init__(**options)
         self._options.update(dim=dim, min_singular=min_singular)
 
@@ -395,7 +403,7 @@ class QuadraticGame(QuadraticSaddle):
         self.dim = count("dim", dim)
         self.mu = real("mu", mu)
         self.coupling = real("coupling", coupling)
-        self.min_singular = real("min_singular", min_singular, strict=True)
+        self.min_singular = _min_singular(min_singular)
         if self.mu == 0 and self.coupling == 0:
             raise ValueError("mu = 0 with coupling = 0 has no unique solution; make one of them > 0")
         super().__init__(**options)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedopt._checks import count
+from fedopt._checks import count, real
 
 TOPOLOGIES = ("ring", "complete", "star", "torus", "erdos_renyi", "exponential")
 MIXINGS = ("metropolis", "lazy")
@@ -183,8 +183,8 @@ def erdos_renyi(n: int, edge_prob: float, seed=0) -> np.ndarray:
     if edge_prob is None:
         raise ValueError("topology='erdos_renyi' needs edge_prob, the probability of each edge (e.g. 0.3; "
                          f"connectivity needs about edge_prob > log(n)/n = {math.log(max(n, 2)) / max(n, 2):.3g})")
-    edge_prob = float(edge_prob)
-    if not 0 < edge_prob <= 1:
+    edge_prob = real("edge_prob", edge_prob, strict=True)  # named also for True, a list, a string
+    if edge_prob > 1:
         raise ValueError(f"edge_prob must be in (0, 1], got {edge_prob!r}")
     rng = np.random.default_rng(seed)
     upper = np.triu(np.ones((n, n), dtype=bool), 1)

@@ -13,9 +13,10 @@ the run's start point and ``D`` the problem's :attr:`~fedopt.problems.vi.VIProbl
   tends to the least-norm element of ``V(x) + dphi(x)`` and equals it for piecewise-linear proxes.
 * ``duality_gap``: ``max_{y in By} f(x, y) - min_{u in Bx} f(u, y)`` over the product of the
   balls of radius D around the blocks of c (1.4 c), for saddle problems without a regularizer:
-  closed-form trust-region solves for quadratic f; otherwise accelerated projected gradient from x
-  with the step ``1 / problem.block_curvature`` (an estimate from below when it stops at its step
-  limit of 500). It bounds the weak gap over ``Bx x By``, which contains the joint ball.
+  closed-form trust-region solves for quadratic f, the point of the sphere against the gradient
+  for f linear in each block (``problem.block_curvature`` 0); otherwise accelerated projected
+  gradient from x with the step ``1 / problem.block_curvature`` (an estimate from below when it
+  stops at its step limit of 500). It bounds the weak gap over ``Bx x By``, which contains the joint ball.
 * ``distance``: ``||x - z*||^2`` (1.4 e) with the problem's solution for the run's regularizer.
 """
 
@@ -109,11 +110,20 @@ def duality_gap(problem, x, center, radius, steps: int = 500) -> float:
         best_x = problem.saddle_value(cx, ys) - max_concave_quadratic(-(a["P"] @ cx + a["A"] @ ys + a["b"]),
                                                                       lam_p / 2, vec_p, radius)
         return best_y - best_x
-    step = 1 / problem.block_curvature
 
     def project(w, c):
         gap = np.linalg.norm(w - c)
         return w if gap <= radius else c + (w - c) * (radius / gap)
+
+    def against(g, c):  # the minimiser of g^T w over the ball around c
+        norm = np.linalg.norm(g)
+        return c if norm == 0 else c - g * (radius / norm)
+
+    if problem.block_curvature == 0:  # f is linear in each block
+        u = against(problem.host_operator(np.concatenate([cx, ys]))[:n], cx)
+        w = against(problem.host_operator(np.concatenate([xs, cy]))[n:], cy)
+        return problem.saddle_value(xs, w) - problem.saddle_value(u, ys)
+    step = 1 / problem.block_curvature
 
     # min over u of f(u, ys) and max over w of f(xs, w): accelerated projected gradient (FISTA) from (xs, ys)
     u = u_prev = project(xs, cx)
