@@ -485,6 +485,11 @@ class _Batch:
         env = Env(batch_problem(problems), BatchRegularizer(regularizers, backend), generators)
         self.gamma = self._per_run_value(gammas)
         self.state = self.method.init(env.problem, env.regularizer, env.rng, start)
+        # with one client an (R, 1, p) array is a server vector or the client's rows: one run's init tells which
+        self.server_vars = frozenset()
+        if problems[0].n_clients == 1 and not env.problem.server_state:
+            single = methods[0].init(problems[0], regularizers[0], np.random.default_rng(0), starts[0]).vars
+            self.server_vars = frozenset(name for name, value in single.items() if np.ndim(value) == 1)
         self.columns = history_columns(self.method, self.state)  # those of fedopt.run
         self.histories = [History(self.columns) for _ in range(count)]
 
@@ -561,7 +566,7 @@ class _Batch:
     def _view(self, state, position) -> State:
         run = self.active[position]
         return _run_view(state, position, len(self.active), self.problems[run], self.regularizers[run],
-                         self.methods[run].name)
+                         self.methods[run].name, self.server_vars)
 
     def _finish(self, position, state, converged=False):
         self.results[self.active[position]] = self._result(position, state, converged)
@@ -592,23 +597,24 @@ class _Batch:
         self.active = [self.active[p] for p in keep]
 
 
-def _run_view(state, position, count, problem, regularizer, method: str) -> State:
+def _run_view(state, position, count, problem, regularizer, method: str, server_vars=frozenset()) -> State:
     """Run ``position``'s slice of a batch state, in the layout of one run: server arrays ``(p,)``,
-    client arrays ``(n, p)``, per-run scalars ``(R,)`` as Python numbers."""
+    client arrays ``(n, p)``, per-run scalars ``(R,)`` as Python numbers. With one client the
+    ``(R, 1, p)`` arrays are client arrays except ``server_vars``."""
 
     server = problem.n_clients > 1 or state.env.problem.server_state  # (R, 1, p): server arrays, not one client's
 
-    def one(a):
+    def one(name, a):
         if getattr(a, "ndim", 0) < 1 or a.shape[0] != count:
             return a
         if a.ndim == 1:
             return a[position].item()
-        return a[position, 0] if a.ndim == 3 and a.shape[1] == 1 and server else a[position]
+        return a[position, 0] if a.ndim == 3 and a.shape[1] == 1 and (server or name in server_vars) else a[position]
 
     x = state.x[position, 0]
     z = None if state.z is None else state.z[position, 0]
     return State(Env(problem, regularizer, state.env.rng[position]), x, z, state.round, state.costs,
-                 {name: one(value) for name, value in state.vars.items()}, method)
+                 {name: one(name, value) for name, value in state.vars.items()}, method)
 
 
 __all__ = ["BatchProblem", "BatchRegularizer", "BatchSplitWarning", "BatchVIProblem", "batch_problem", "run_batch"]

@@ -72,6 +72,25 @@ def test_batch_equals_single_runs(data, backend, method, reg, extra):
         assert result.seed == seed and result.algorithm.lr_local == lr
 
 
+@pytest.mark.parametrize(("method", "reg", "extra"), CASES, ids=[c[0] for c in CASES])
+def test_one_client_runs_give_the_single_run_state_and_resume_from_it(method, reg, extra):
+    """With one client a ``(R, 1, p)`` array may be a server vector or the client's rows: each run's
+    state has the shapes of fedopt.run's, and a run resumed from it goes on as from the single run's."""
+    X, y = make_classification(240, 11, n_informative=6, random_state=0)
+    problem = Logistic(partition(X, y, n_clients=1, scheme="iid", seed=0))
+    common = {"rounds": 3, "batch_size": 4, "lr_local": 0.1, **extra}
+    if method != "scaffnew":
+        common["local_steps"] = 2
+    batched = fedopt.run_batch(method, problem, reg, seeds=[0, 1], **common)[0]
+    single = fedopt.run(method, problem, reg, seed=0, **common)
+    assert_same_run(single, batched)
+    assert batched.state.vars.keys() == single.state.vars.keys()
+    for name, value in single.state.vars.items():
+        assert np.shape(batched.state.vars[name]) == np.shape(value), name
+    resumed = fedopt.run(method, problem, reg, seed=0, resume=batched.state, **common)
+    np.testing.assert_array_equal(resumed.x, fedopt.run(method, problem, reg, seed=0, resume=single.state, **common).x)
+
+
 def test_regularization_path_and_full_gradients(data):
     """A list of regularizers (a lambda path) and full local gradients batch too."""
     problem = logistic(data)
