@@ -264,6 +264,17 @@ def test_depositum_experiments_load_and_expand(name):
     assert specs and {s.config["algorithm"]["name"] for s in specs} & set(DECENTRALIZED)
 
 
+def test_the_speedup_experiment_takes_t_as_the_last_iteration_index():
+    """Round 0 is iteration t = 0 and round r ends with t = r T0: the Corollary-1 T is rounds * T0."""
+    run = sweep.load_experiment("depositum_speedup").run
+    rounds, T0 = 3, run["algorithm"]["comm_period"]
+    problem = regression(n_clients=4)
+    grads = fedopt.run("depositum", problem, L1(0.01), rounds=rounds, comm_period=T0, batch_size=None,
+                       eval_every=rounds).history["grad_evals"][-1]
+    assert grads == problem.n_clients * (rounds * T0 + 1)  # T + 1 iterations t = 0, ..., T
+    assert run["params"]["T"] == run["rounds"] * T0
+
+
 def test_the_topology_experiment_runs_end_to_end_at_tiny_size(tmp_path):
     exp = sweep.load_experiment("depositum_topology").shortened(rounds=2, seeds=1, values=4)
     with sweep.Store(tmp_path / "s.db") as store:

@@ -420,10 +420,10 @@ DEPOSITUM_SUPPORT = {
             row("algorithm.comm_period", 10, D_FIG7, "$T_0 = 10$"),
         ],
         "Corollary 1: alpha = c sqrt(n / (T + 1)), 1 - gamma = sqrt(n / (T + 1)), B = sqrt(n)": [
-            row("alpha / sqrt(n / (T + 1)), T + 1 = rounds * T0", 0.5, D_COROLLARY,
+            row("alpha / sqrt(n / (T + 1)), T + 1 = rounds * T0 + 1", 0.5, D_COROLLARY,
                 "\\alpha = \\frac{\\sqrt{n}}{24L\\sqrt{T+1}}",
                 note="one constant c for every n: the paper's c = 1/(24 L); c = 0.5 is ours (defaults)"),
-            row("(1 - gamma) / sqrt(n / (T + 1)), T + 1 = rounds * T0", 1.0, D_COROLLARY,
+            row("(1 - gamma) / sqrt(n / (T + 1)), T + 1 = rounds * T0 + 1", 1.0, D_COROLLARY,
                 "1 - \\gamma = \\frac{\\sqrt{n}}{\\sqrt{T+1}}"),
             row("B / sqrt(n)", 1.0, D_COROLLARY, "B = \\sqrt{n}"),
         ],
@@ -625,7 +625,7 @@ def _shift_mean(config):
 
 def _corollary_1(config, value):
     n, a = config["dataset"]["n_clients"], config["algorithm"]
-    return round(value / math.sqrt(n / (config["rounds"] * a["comm_period"])), 2)
+    return round(value / math.sqrt(n / (config["rounds"] * a["comm_period"] + 1)), 2)
 
 
 #: Per-run values in the paper's symbols: ``name -> f(config, labels)``.
@@ -648,8 +648,8 @@ DERIVED = {
     "step (DEPOSITUM lr, the others lr_local)": lambda c, _: c["algorithm"]["lr" if _is_decentralized(c)
                                                                             else "lr_local"],
     "evaluated model": lambda c, _: _evaluated_model(c),
-    "alpha / sqrt(n / (T + 1)), T + 1 = rounds * T0": lambda c, _: _corollary_1(c, c["algorithm"]["lr"]),
-    "(1 - gamma) / sqrt(n / (T + 1)), T + 1 = rounds * T0": lambda c, _: _corollary_1(c,
+    "alpha / sqrt(n / (T + 1)), T + 1 = rounds * T0 + 1": lambda c, _: _corollary_1(c, c["algorithm"]["lr"]),
+    "(1 - gamma) / sqrt(n / (T + 1)), T + 1 = rounds * T0 + 1": lambda c, _: _corollary_1(c,
                                                                                        1 - c["algorithm"]["momentum"]),
     "B / sqrt(n)": lambda c, _: round(c["algorithm"]["batch_size"] / math.sqrt(c["dataset"]["n_clients"]), 2),
     "synchronisation": lambda c, _: ("every K local steps" if issubclass(algorithms.ALGORITHMS[c["algorithm"]["name"]],
