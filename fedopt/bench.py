@@ -8,7 +8,9 @@ size on the same arrays module, measured in this process right before:
 
 * ``copy``: ``xp.copyto(dst, src)`` over as many elements as the operation streams once
   (``2 * elements * itemsize`` bytes), so ``% floor`` is achieved GB/s over copy GB/s;
-* ``GEMM``: the batched product ``(n, b, d) @ (n, d, h)`` of the MLP's first layer.
+* ``GEMM``: the batched product ``(n, b, d) @ (n, d, h)`` of the MLP's first layer, in
+  :func:`fedopt.run.round_context` as the gradients and the rounds are (BLAS on one thread beside
+  Numba's).
 
 The copy is single-threaded on the CPU while the kernels use every core, so a kernel can pass
 100 %. The families and their minimal work:
@@ -171,13 +173,16 @@ class Timer:
         return self._floors[key]
 
     def gemm_gflops(self, n: int, b: int, d: int, h: int, dtype) -> float:
-        """GFLOP/s of the batched product ``(n, b, d) @ (n, d, h)``."""
+        """GFLOP/s of the batched product ``(n, b, d) @ (n, d, h)``, in the context that the rounds run in."""
+        from fedopt.run import round_context
+
         key = ("gemm", n, b, d, h, np.dtype(dtype))
         if key not in self._floors:
             A = self.xp.ones((n, b, d), dtype=dtype)
             B = self.xp.ones((n, d, h), dtype=dtype)
             C = self.xp.empty((n, b, h), dtype=dtype)
-            seconds = self.best(lambda: self.xp.matmul(A, B, out=C), calls=max(self.calls, 5))
+            with round_context(self.backend):
+                seconds = self.best(lambda: self.xp.matmul(A, B, out=C), calls=max(self.calls, 5))
             self._floors[key] = 2 * n * b * d * h / seconds / 1e9
         return self._floors[key]
 
@@ -348,6 +353,12 @@ class Suite:
                         kernel_seconds=kernel_seconds, plain_seconds=plain_seconds)
 
     def gradients(self, dtype, clients):
+        from fedopt.run import round_context
+
+        with round_context(self.backend):  # as the rounds that they are compared with, from the set-up on
+            self._gradients(dtype, clients)
+
+    def _gradients(self, dtype, clients):
         itemsize = np.dtype(dtype).itemsize
         for shape_name in SHAPES:
             d, n, b, _, per_client = self.shape(shape_name, clients)
@@ -637,13 +648,26 @@ def machine() -> dict:
 
 
 def write_json(path, rows: list[Row], backend: str, quick: bool) -> Path:
-    """The rows with the machine and options, as JSON (for tracking figures over time)."""
+    """The rows with the machine and options, as strict JSON (for tracking figures over time): a
+    time that was not measured (NaN: ``kernel_seconds`` and ``plain_seconds`` outside the prox and
+    gossip rows) is null."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "backend": backend, "quick": quick,
-                "machine": machine(), "rows": [asdict(row) for row in rows]}
-    path.write_text(json.dumps(document, indent=1), encoding="utf-8")
+                "machine": machine(), "rows": [_finite(asdict(row)) for row in rows]}
+    path.write_text(json.dumps(document, indent=1, allow_nan=False), encoding="utf-8")
     return path
+
+
+def _finite(value):
+    """``value`` with every non-finite float in it replaced by None."""
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def main(backend="numba", quick=False, dtypes=DTYPES, clients=None, families=None, peers=False, json_path=None,

@@ -6,8 +6,11 @@ the documented fields, and are positive and finite, and that the peers compute f
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -118,6 +121,59 @@ def test_bench_clients_replace_n_and_must_be_positive(capsys):
         bench.Suite("numba", clients=[3, 0])
 
 
+def test_bench_json_is_strict_json_with_null_for_times_not_measured(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--clients", "3", "--family", "gradient", "--quick", "--dtype", "float64",
+                 "--json", str(out)]) == 0
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    rows = json.loads(out.read_text(), parse_constant=refuse)["rows"]
+    assert rows and all(row["kernel_seconds"] is None and row["plain_seconds"] is None for row in rows)
+    assert all(row["seconds"] > 0 and row["floor_rate"] > 0 for row in rows)
+
+
+def test_gradients_and_the_gemm_floor_are_timed_in_the_rounds_context(monkeypatch):
+    """Every timing of the gradient family, and the GEMM floor whoever asks for it, runs inside
+    :func:`fedopt.run.round_context` (BLAS on one thread beside Numba's), as the rounds do."""
+    run_module = importlib.import_module("fedopt.run")  # the module: fedopt.run is the function
+    real, depth, inside = run_module.round_context, [0], []
+
+    @contextlib.contextmanager
+    def counted(backend):
+        depth[0] += 1
+        try:
+            with real(backend):
+                yield
+        finally:
+            depth[0] -= 1
+
+    best = bench.Timer.best
+
+    def recorded(self, fn, calls=None):
+        inside.append(depth[0] > 0)
+        return best(self, fn, calls)
+
+    monkeypatch.setattr(run_module, "round_context", counted)
+    monkeypatch.setattr(bench.Timer, "best", recorded)
+    suite = bench.Suite("numba", quick=True, dtypes=["float64"], clients=[3], families=["gradient"])
+    assert [row.name for row in suite.run()] == ["logistic", "logistic", "mlp-h32"] and inside and all(inside)
+    inside.clear()
+    bench.Timer(suite.backend, quick=True).gemm_gflops(3, 4, 5, 6, "float64")  # as the round family asks
+    assert inside == [True]
+
+
+def test_prox_benchmark_reads_the_shared_weights_once(tmp_path):
+    """The weighted l1 of bench_prox_cpu.py on 100 rows of 10 reads its 10 weights once (spec 1.3)."""
+    out = tmp_path / "prox.json"
+    subprocess.run([sys.executable, "-m", "pytest", "bench/bench_prox_cpu.py", "--benchmark-enable", "--benchmark-only",
+                    "-q", "-p", "no:cacheprovider", "-k", "l1w-p1e3-100x1e1-f64 or l1w-p1e3-f64",
+                    f"--benchmark-json={out}"], cwd=ROOT, check=True, capture_output=True)
+    nbytes = {b["name"]: b["extra_info"]["bytes"] for b in json.loads(out.read_text())["benchmarks"]}
+    assert nbytes == {"test_prox[l1w-p1e3-f64]": 3 * 1000 * 8, "test_prox[l1w-p1e3-100x1e1-f64]": (2 * 1000 + 10) * 8}
+
+
 def test_import_seconds_lists_the_heavy_imports():
     seconds = bench.import_seconds()
     assert {"numpy", "fedopt", "numba"} <= set(seconds)
@@ -179,9 +235,79 @@ def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys, monkeypat
     assert math.isclose(breakdown["seconds"], sum(breakdown["phases"].values()))
     assert rows[0]["runs"] == 2 and rows[0]["runs_per_second"] > 0
     assert math.isclose(rows[0]["rounds_per_second"], 20 * rows[0]["runs_per_second"])
+    assert rows[0]["rounds"] == 20 and rows[0]["total_rounds"] == 40 and breakdown["total_rounds"] == 40
     assert [(row["batch"], row["runs"]) for row in rows] == [("off", 2), ("auto", 2)]
     assert [row["backend"] for row in rows] == ["numba", "numba"] and on_numpy[0]["backend"] == "numpy"
     assert "where the time goes" in capsys.readouterr().out
+
+
+GRID_ROUNDS = """
+[experiment]
+name = "grid_rounds_bench"
+
+[run]
+rounds = 30
+eval_every = 1
+seeds = [0]
+
+[run.dataset]
+name = "digits"
+n_clients = 4
+
+[run.problem]
+name = "softmax"
+
+[run.regularizer]
+name = "l1"
+lam = 1e-3
+
+[run.algorithm]
+name = "fednmap"
+local_steps = 2
+batch_size = 8
+
+[[grid]]
+name = "lengths"
+rounds = [2, 6]
+"""
+
+
+def test_sweep_modes_count_the_rounds_that_the_grids_set(tmp_path, capsys):
+    # Prepare: the base [run] has 30 rounds; the grid runs one run of 2 rounds and one of 6
+    from fedopt.sweep.bench import bench_sweep, sweep_breakdown
+
+    toml = tmp_path / "grid_rounds.toml"
+    toml.write_text(GRID_ROUNDS)
+    # Execute
+    row = bench_sweep([1], str(toml), batches=("off",))[0]
+    breakdown = sweep_breakdown(str(toml))
+    # Check: 8 rounds in all, 4 a run on average
+    assert math.isclose(row["rounds_per_second"], 8 / row["seconds"])
+    assert row["runs"] == 2 and row["rounds"] == 4 and row["total_rounds"] == 8
+    assert breakdown["runs"] == 2 and breakdown["rounds"] == 4 and breakdown["total_rounds"] == 8
+    printed = capsys.readouterr().out
+    assert "2 runs of 2 to 6 rounds (mean 4), local executor" in printed
+    assert "2 runs of 2 to 6 rounds (mean 4) in this process" in printed
+
+
+def test_sweep_mode_counts_a_run_of_two_grids_once_in_its_mean_run_time(tmp_path, monkeypatch):
+    from fedopt.sweep.bench import bench_sweep
+    from fedopt.sweep.store import Store
+
+    listed = []
+    members = Store.members
+
+    def twice(self, ref, with_history=True):  # every run listed as a member of two grids
+        rows = members(self, ref, with_history)
+        listed.append(rows)
+        return rows + rows
+
+    monkeypatch.setattr(Store, "members", twice)
+    toml = tmp_path / "grid_rounds.toml"
+    toml.write_text(GRID_ROUNDS)
+    row = bench_sweep([1], str(toml), batches=("off",))[0]
+    seconds = [m["run_seconds"] for m in listed[-1]]
+    assert len(seconds) == 2 and row["mean_run_seconds"] == pytest.approx(sum(seconds) / 2)
 
 
 def test_batch_bench_times_the_loop_the_batch_and_the_kernel(capsys):

@@ -1,11 +1,13 @@
 """``fedopt bench --sweep``: runs per second of a whole sweep, and where its time goes.
 
 :func:`bench_sweep` sweeps an experiment (default ``speedup_demo``; ``fednmap_fig2`` is the FedNMap
-Fig. 2 grid, 3 methods x 6 configurations x 10 seeds) into a fresh temporary store once per worker
-count with the local executor, and divides the number of runs by the wall time. That time
-includes starting the worker processes (they load the Numba kernels from the on-disk cache) and
-one SQLite commit per run. One run in this process first fills the kernel cache, so that
-compilation is not measured there. ``rounds`` and ``seeds`` shorten the experiment.
+Fig. 2 grid, 3 methods x 6 configurations, and its gamma ablation, 20 distinct runs x 10 seeds) into
+a fresh temporary store once per worker count with the local executor, and divides the number of
+runs, and the rounds they ran, by the wall time. That time includes starting the worker processes
+(they load the Numba kernels from the on-disk cache) and one SQLite commit per run. One run in
+this process first fills the kernel cache, so that compilation is not measured there. ``rounds``
+and ``seeds`` shorten the experiment; without ``rounds``, a ``[[grid]]`` that sets its own rounds
+runs them, so the runs may differ in length.
 
 :func:`sweep_breakdown` runs the same sweep serially in this process, instrumented, and splits
 its time into:
@@ -49,16 +51,20 @@ def bench_sweep(workers=(1, 2), experiment: str = "speedup_demo", rounds: int | 
                 stream=None) -> list[dict]:
     """Measure the sweep of ``experiment`` once per worker count and ``--batch`` mode; print and return
     the rows. ``backend`` runs every configuration there (``"gpu"``: each worker process on the
-    device), as ``fedopt sweep --backend``."""
+    device), as ``fedopt sweep --backend``.
+
+    Each row's ``rounds`` is the rounds of one run (their mean where grids set different ones),
+    ``total_rounds`` the rounds of all the distinct runs, and ``rounds_per_second`` the latter over
+    the wall time."""
     from fedopt.sweep.execute import execute_run, run_sweep
 
     stream = sys.stdout if stream is None else stream
     exp = shortened(experiment, rounds, seeds)
-    specs = exp.expand()
+    specs = list({s.key: s for s in exp.expand()}.values())  # the distinct runs, as the store keeps them
     on_backend = {} if backend is None else {"backend": backend}
     execute_run({**specs[0].config, "rounds": 1, **on_backend})  # compile (or load) the kernels once
-    runs, rounds_per_run = len({s.key for s in specs}), exp.run["rounds"]
-    print(f"{exp.name}: {runs} runs of {rounds_per_run} rounds, local executor, {os.cpu_count()} cores", file=stream)
+    runs, (rounds_per_run, total_rounds, rounds_words) = len(specs), _rounds(specs)
+    print(f"{exp.name}: {runs} runs of {rounds_words}, local executor, {os.cpu_count()} cores", file=stream)
     print(f"    {'workers':>7s} {'batch':>6s} {'backend':>7s} {'seconds':>8s} {'runs/s':>7s} {'rounds/s':>9s} "
           f"{'mean run s':>10s}", file=stream)
     rows = []
@@ -72,16 +78,27 @@ def bench_sweep(workers=(1, 2), experiment: str = "speedup_demo", rounds: int | 
                 members = store.members(exp.name, with_history=False)
             if summary.counts.get("done") != runs:
                 raise RuntimeError(f"the benchmark sweep did not finish every run: {summary.counts}")
-            mean_run = sum(m["run_seconds"] or 0 for m in members) / len(specs)
+            seconds_by_run = {m["key"]: m["run_seconds"] or 0 for m in members}  # a run of two grids counts once
+            mean_run = sum(seconds_by_run.values()) / len(seconds_by_run)
             ran_on = ",".join(sorted({m["backend"] for m in members}))
             row = {"experiment": exp.name, "workers": count, "batch": batch, "backend": ran_on,
-                   "runs": summary.executed, "rounds": rounds_per_run, "seconds": seconds,
-                   "runs_per_second": summary.executed / seconds,
-                   "rounds_per_second": summary.executed * rounds_per_run / seconds, "mean_run_seconds": mean_run}
+                   "runs": summary.executed, "rounds": rounds_per_run, "total_rounds": total_rounds,
+                   "seconds": seconds, "runs_per_second": summary.executed / seconds,
+                   "rounds_per_second": total_rounds / seconds, "mean_run_seconds": mean_run}
             rows.append(row)
             print(f"    {count:7d} {batch!s:>6s} {ran_on:>7s} {seconds:8.1f} {row['runs_per_second']:7.2f} "
                   f"{row['rounds_per_second']:9.0f} {mean_run:10.2f}", file=stream, flush=True)
     return rows
+
+
+def _rounds(specs) -> tuple[float, int, str]:
+    """The rounds of the runs ``specs`` (a ``[[grid]]`` may set its own): per run (their mean where
+    they differ), in all, and in words for the printed summary."""
+    rounds = [spec.config["rounds"] for spec in specs]
+    total, low, high = sum(rounds), min(rounds), max(rounds)
+    if low == high:
+        return low, total, f"{low} rounds"
+    return total / len(rounds), total, f"{low} to {high} rounds (mean {total / len(rounds):.0f})"
 
 
 def bench_batch(runs: int = 64, rounds: int = 200, rows_per_client: int = 200, eval_every: int | None = None,
@@ -202,8 +219,9 @@ def sweep_breakdown(experiment: str = "speedup_demo", rounds: int | None = None,
                     stream=None) -> dict:
     """Run the sweep serially in this process and split its time into phases (see the module docstring).
 
-    Returns ``{"experiment", "runs", "rounds", "seconds", "runs_per_second", "phases": {phase: seconds}}``
-    where ``seconds`` is the sum of the phases (the instrumentation's own repeats are left out).
+    Returns ``{"experiment", "runs", "rounds", "total_rounds", "seconds", "runs_per_second", "phases":
+    {phase: seconds}}`` where ``rounds`` and ``total_rounds`` are as in :func:`bench_sweep` and ``seconds``
+    is the sum of the phases (the instrumentation's own repeats are left out).
     """
     from fedopt.sweep import execute
 
@@ -236,9 +254,10 @@ def sweep_breakdown(experiment: str = "speedup_demo", rounds: int | None = None,
             store.put(spec.key, config, record)
         phases["store"] = store.put_seconds
     total = sum(phases.values())
-    result = {"experiment": exp.name, "runs": len(specs), "rounds": exp.run["rounds"], "seconds": total,
-              "runs_per_second": len(specs) / total, "phases": phases}
-    print(f"{exp.name}: {len(specs)} runs of {exp.run['rounds']} rounds in this process, {total:.1f} s "
+    rounds_per_run, total_rounds, rounds_words = _rounds(specs)
+    result = {"experiment": exp.name, "runs": len(specs), "rounds": rounds_per_run, "total_rounds": total_rounds,
+              "seconds": total, "runs_per_second": len(specs) / total, "phases": phases}
+    print(f"{exp.name}: {len(specs)} runs of {rounds_words} in this process, {total:.1f} s "
           f"({result['runs_per_second']:.2f} runs/s); where the time goes:", file=stream)
     for name, seconds in phases.items():
         print(f"    {name:8s} {seconds:8.2f} s  {100 * seconds / total:5.1f} %", file=stream)
