@@ -156,6 +156,45 @@ class TestRowKernels:
                                    [2.4e-170, -3.2e-170], rtol=1e-12)  # norm 5e-170, shrunk by 1 - 1/5
 
     @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the plain sums, in simulated scalars
+    @pytest.mark.parametrize("centered", [False, True])
+    def test_l2_ball_of_a_finite_row_whose_norm_overflows_like_the_reference(self, centered):
+        """A finite row whose norm exceeds float64's range (6 entries of 1e308) is projected on the
+        ball, not sent to the center by ``radius / inf``: the radius is compared in units of the
+        row's largest entry."""
+        z = np.zeros((3, 8))
+        z[0, :6], z[1, :2], z[2, :5] = 1e308, [1.5e308, -1.5e308], [-1e308, 1e308, 1e308, 1.0, 2.0]
+        center = np.full(8, 0.5) if centered else np.zeros(0)
+        for radius in (1.0, 1e308):
+            expected = reference.project_l2_ball(z, center, radius, np.empty_like(z))
+            np.testing.assert_allclose(run_rows(rows.project_l2_ball, z, center, radius), expected, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(run_rows(rows.project_l2_ball, z, np.zeros(0), 1e308)[0, :6], 1e308 / np.sqrt(6),
+                                   rtol=1e-12)
+
+    #: Rows of float32 entries whose squares are subnormal in float32 (below 1.2e-38) but sum far above SQUARES_MIN.
+    TINY_SCALES = (3e-23, 1e-22, 1e-21, 1e-19)
+
+    @pytest.mark.parametrize("p, centered", [(7, False), (8, True)])
+    def test_float32_l2_ball_of_tiny_rows_like_the_reference(self, rng, p, centered):
+        """float32 entries of 1e-23 .. 1e-19 are squared in float64, as the reference does: float32
+        squares keep a few digits of them, or none (6 % off the projection of [3e-23, 4e-23])."""
+        z = scaled_rows(rng, 4, p, np.float32, scales=self.TINY_SCALES)
+        center = (rng.normal(size=p) * 1e-23).astype(np.float32) if centered else np.zeros(0, np.float32)
+        expected = reference.project_l2_ball(z, center, 1e-23, np.empty_like(z))
+        diff = expected.astype(np.float64) - (center if centered else 0.0)
+        np.testing.assert_allclose(np.linalg.norm(diff, axis=1), 1e-23, rtol=1e-5)  # every row is projected
+        np.testing.assert_allclose(run_rows(rows.project_l2_ball, z, center, 1e-23), expected, rtol=1e-5, atol=0)
+
+    @pytest.mark.parametrize("p, permuted", [(7, False), (8, True)])
+    def test_float32_group_soft_threshold_of_tiny_rows_like_the_reference(self, rng, p, permuted):
+        z = scaled_rows(rng, 4, p, np.float32, scales=self.TINY_SCALES)
+        starts = np.array([0, 3, p], np.int64)
+        order = rng.permutation(p) if permuted else np.zeros(0, np.int64)
+        tau = np.array([1e-23, 2e-23], np.float32)
+        expected = reference.prox_group(z, starts, order, tau, 1.0, np.empty_like(z))
+        assert (expected != 0).all()  # every group shrunk by its norm, none zeroed
+        np.testing.assert_allclose(run_rows(rows.prox_group, z, starts, order, tau, 1.0), expected, rtol=1e-5, atol=0)
+
+    @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the plain sums, in simulated scalars
     def test_huge_entries_project_exactly_like_the_reference(self):
         """Rows whose largest entry dwarfs the radius, or whose sum overflows, are projected on their
         entries minus the largest (SHIFT_RATIO): [1e16, 1e16, 0] on the unit simplex is [0.5, 0.5, 0]."""

@@ -122,6 +122,24 @@ def test_long_rows_beyond_the_shift_ratio_match_reference_in_place(name, extra, 
     check_prox(make_regularizers(P)[name], z, step=1.0)
 
 
+@pytest.mark.parametrize("p", [7, 8, (1 << 16) + 3, (1 << 16) + 4], ids=["7", "8", "long_odd", "long_even"])
+@pytest.mark.parametrize("name", ["l2_ball", "l2_ball_center", "group_contiguous", "group_permuted"])
+def test_float32_tiny_rows_are_squared_in_float64_like_reference(name, p):
+    """float32 entries of 1e-23 .. 1e-19 have squares below float32's normal range (1.2e-38): squared
+    in float32 they kept a few digits, or none (the projection of [3e-23, 4e-23] on a ball 6 % off)."""
+    rng = np.random.default_rng(p)
+    z = (rng.standard_normal((4, p)) * np.array([[3e-23], [1e-22], [1e-21], [1e-19]])).astype(np.float32)
+    reg = {
+        "l2_ball": R.L2Ball(1e-23),
+        "l2_ball_center": R.L2Ball(1e-23, center=rng.standard_normal(p) * 1e-23),
+        "group_contiguous": R.GroupLasso(1e-23, groups=np.repeat([0, 1], [3, p - 3])),
+        "group_permuted": R.GroupLasso(1e-23, groups=rng.integers(0, 3, p)),
+    }[name]
+    expected = reg.prox(z, 1.0, backend="numpy")
+    assert ((expected != 0) & (expected != z)).any(axis=1).all()  # every row shrunk or projected, not only zeroed
+    np.testing.assert_allclose(reg.prox(z, 1.0), expected, rtol=1e-5, atol=0)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("shape", [(7,), (8,), (3, 9), (2, 10)], ids=str)
 def test_nuclear_matches_reference(shape, dtype):

@@ -24,19 +24,21 @@ ROW_CHUNK = 1 << 16
 
 @inline
 def _group_squares(z, i, starts, order, g0, g1, squares):
-    """``squares[g - g0] = sum(z[i, order[starts[g]:starts[g+1]]] ** 2)`` for ``g0 <= g < g1``, summed in
-    float64; True when a sum is outside ``SQUARES_MIN .. SQUARES_MAX`` (see :func:`_rescue_factors`)."""
+    """``squares[g - g0] = sum(z[i, order[starts[g]:starts[g+1]]] ** 2)`` for ``g0 <= g < g1``, squared
+    and summed in float64 (float32 squares of entries below 1e-19 are subnormal); True when a sum is outside
+    ``SQUARES_MIN .. SQUARES_MAX`` (see :func:`_rescue_factors`)."""
     suspect = False
     for g in range(g0, g1):
         total = 0.0
         k0, k1 = np.uint64(starts[g]), np.uint64(starts[g + 1])
         if order.shape[0] > 0:
             for k in range(k0, k1):
-                v = z[i, np.uint64(order[k])]
+                v = np.float64(z[i, np.uint64(order[k])])
                 total += v * v
         else:
             for k in range(k0, k1):
-                total += z[i, k] * z[i, k]
+                v = np.float64(z[i, k])
+                total += v * v
         squares[g - g0] = total
         suspect |= not (SQUARES_MIN <= total <= SQUARES_MAX)
     return suspect
@@ -61,7 +63,7 @@ def _rescue_factors(z, i, starts, order, g0, tau, scale, factors):
         k0, k1 = np.uint64(starts[g0 + m]), np.uint64(starts[g0 + m + 1])
         largest, total = 0.0, 0.0
         for k in range(k0, k1):
-            a = abs(zi[np.uint64(order[k])] if order.shape[0] > 0 else zi[k])
+            a = np.float64(abs(zi[np.uint64(order[k])] if order.shape[0] > 0 else zi[k]))
             largest = a if a > largest else largest
             total += a * a
         if SQUARES_MIN <= total <= SQUARES_MAX:
@@ -131,14 +133,16 @@ def _row_squared_distances(z, center, partial):
         b = task - i * blocks
         j0, j1 = b * BLOCK, min((b + 1) * BLOCK, p)
         zi = z[i, j0:j1]  # slices from 0: see fedopt.kernels.cpu.elementwise._prox_tile
-        total = 0.0
+        total = 0.0  # of float64 squares: float32 squares of entries below 1e-19 are subnormal
         if has_center:
             ci = center[j0:j1]
             for j in range(zi.shape[0]):
-                total += (zi[j] - ci[j]) * (zi[j] - ci[j])
+                d = np.float64(zi[j] - ci[j])
+                total += d * d
         else:
             for j in range(zi.shape[0]):
-                total += zi[j] * zi[j]
+                d = np.float64(zi[j])
+                total += d * d
         partial[i, b] = total
 
 
@@ -200,13 +204,15 @@ def _l2_ball_rows(z, center, radius, out):
     n, p = z.shape
     has_center = center.shape[0] > 0
     for i in prange(n):
-        total = 0.0
+        total = 0.0  # of float64 squares: float32 squares of entries below 1e-19 are subnormal
         if has_center:
             for j in range(p):
-                total += (z[i, j] - center[j]) * (z[i, j] - center[j])
+                d = np.float64(z[i, j] - center[j])
+                total += d * d
         else:
             for j in range(p):
-                total += z[i, j] * z[i, j]
+                d = np.float64(z[i, j])
+                total += d * d
         if SQUARES_MIN <= total <= SQUARES_MAX:
             factor = _ball_factor(math.sqrt(total), radius)
         else:

@@ -51,13 +51,14 @@ def _block_sum(buf, value):
 
 @cuda.jit(device=True)
 def _rescaled_norm(buf, squares, largest, scaled_squares):
-    """The norm of a block's row (or group) whose sum of squares ``squares`` is outside
-    ``SQUARES_MIN .. SQUARES_MAX``: ``largest`` (its largest magnitude) times the root of
-    ``scaled_squares`` (each thread's squares of the entries divided by ``largest``) summed over the
-    block, or the plain root where ``largest`` is 0, inf or NaN (see ``SQUARES_MIN`` in :mod:`fedopt.kernels`)."""
+    """``(norm / unit, unit)`` for a block's row (or group) whose sum of squares ``squares`` is outside
+    ``SQUARES_MIN .. SQUARES_MAX``: ``unit`` is ``largest`` (its largest magnitude) and ``norm / unit``
+    the root of ``scaled_squares`` (each thread's squares of the entries divided by ``largest``)
+    summed over the block; the plain root and 1 where ``largest`` is 0, inf or NaN (see
+    ``SQUARES_MIN`` in :mod:`fedopt.kernels`). The norm itself may overflow (6 entries of 1e308)."""
     if 0.0 < largest < math.inf:
-        return largest * math.sqrt(_block_sum(buf, scaled_squares))
-    return math.sqrt(squares)
+        return math.sqrt(_block_sum(buf, scaled_squares)), largest
+    return math.sqrt(squares), 1.0
 
 
 @cuda.jit(device=True)
@@ -90,12 +91,12 @@ def _l2_ball_kernel(z, center, radius, out):
     p = z.shape[1]
     shifted = center.shape[0] > 0
     buf = cuda.shared.array(0, float64)
-    acc = 0.0
+    acc = 0.0  # of float64 squares: float32 squares of entries below 1e-19 are subnormal
     for j in range(t, p, nt):
-        d = z[row, j] - center[j] if shifted else z[row, j]
+        d = float64(z[row, j] - center[j] if shifted else z[row, j])
         acc += d * d
     squares = _block_sum(buf, acc)
-    norm = math.sqrt(squares)
+    norm, unit = math.sqrt(squares), 1.0
     if not (SQUARES_MIN <= squares <= SQUARES_MAX):  # the same for the whole block: see SQUARES_MIN
         largest = 0.0
         for j in range(t, p, nt):
@@ -104,10 +105,11 @@ def _l2_ball_kernel(z, center, radius, out):
         divisor = largest if 0.0 < largest < math.inf else 1.0
         acc = 0.0
         for j in range(t, p, nt):
-            d = (z[row, j] - center[j] if shifted else z[row, j]) / divisor
+            d = float64(z[row, j] - center[j] if shifted else z[row, j]) / divisor
             acc += d * d
-        norm = _rescaled_norm(buf, squares, largest, acc)
-    factor = radius / norm if norm > radius else 1.0
+        norm, unit = _rescaled_norm(buf, squares, largest, acc)
+    bound = radius / unit  # compared and divided in units of the largest magnitude
+    factor = bound / norm if norm > bound else 1.0
     if math.isnan(norm):
         factor = norm
     for j in range(t, p, nt):
@@ -126,9 +128,9 @@ def _group_kernel(z, starts, order, tau, scale, out):
     nt = cuda.blockDim.x
     permuted = order.shape[0] > 0
     buf = cuda.shared.array(0, float64)
-    acc = 0.0
+    acc = 0.0  # of float64 squares: float32 squares of entries below 1e-19 are subnormal
     for k in range(starts[g] + t, starts[g + 1], nt):
-        v = z[row, order[k] if permuted else k]
+        v = float64(z[row, order[k] if permuted else k])
         acc += v * v
     squares = _block_sum(buf, acc)
     norm = math.sqrt(squares)
@@ -140,9 +142,10 @@ def _group_kernel(z, starts, order, tau, scale, out):
         divisor = largest if 0.0 < largest < math.inf else 1.0
         acc = 0.0
         for k in range(starts[g] + t, starts[g + 1], nt):
-            v = z[row, order[k] if permuted else k] / divisor
+            v = float64(z[row, order[k] if permuted else k]) / divisor
             acc += v * v
-        norm = _rescaled_norm(buf, squares, largest, acc)
+        norm, unit = _rescaled_norm(buf, squares, largest, acc)
+        norm *= unit
     if norm == 0.0:
         factor = 0.0
     else:
