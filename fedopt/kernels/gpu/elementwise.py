@@ -130,12 +130,21 @@ def normal_map_step(z, g, c, z_ref, x_ref, eta, inv_gamma, kind, theta, w, z_out
 
 
 def prox_nuclear(z, n_rows, tau, out):
-    """``U diag(maximum(s - tau, 0)) V^T`` of each row read as an ``(n_rows, p // n_rows)`` matrix.
+    """``U diag(maximum(s - tau, 0)) V^T`` of each row read as an ``(n_rows, p // n_rows)`` matrix, as
+    :func:`fedopt.kernels.reference.prox_nuclear`: NaN for a row with NaN or inf, and each matrix
+    divided by its largest magnitude ``c`` and thresholded at ``tau / c``, then scaled back.
 
     The SVDs of all rows are one batched cuSOLVER call (``cupy.linalg.svd`` on the stacked matrices).
+    A non-finite matrix enters it as zeros and is masked after, so that no shape depends on the data
+    and nothing waits for the host.
     """
     matrices = z.reshape(z.shape[0], n_rows, z.shape[1] // n_rows)
-    u, s, vt = cupy.linalg.svd(matrices, full_matrices=False)
-    shrunk = cupy.maximum(s - tau, 0)
-    out[...] = cupy.matmul(u * shrunk[:, None, :], vt).reshape(z.shape)
+    finite = cupy.isfinite(matrices).all(axis=(1, 2), keepdims=True)
+    largest = cupy.abs(matrices).max(axis=(1, 2), keepdims=True)
+    c = cupy.where(finite & (largest > 0), largest, 1).astype(z.dtype)  # exact: an entry's magnitude (or 1)
+    u, s, vt = cupy.linalg.svd(cupy.where(finite, matrices / c, 0), full_matrices=False)
+    thresholds = (tau / c[:, :, 0].astype(cupy.float64)).astype(z.dtype)  # inf beyond the dtype: all shrunk
+    shrunk = cupy.maximum(s - thresholds, 0)
+    result = cupy.matmul(u * shrunk[:, None, :], vt) * c
+    out[...] = cupy.where(finite, result, cupy.nan).reshape(z.shape)
     return out
