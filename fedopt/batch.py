@@ -356,7 +356,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     if refusal:
         raise ValueError(f"{methods[0].name} cannot run batched: {refusal}; run it with fedopt.run "
                          "(a sweep does so with --batch off)")
-    rounds, eval_every, rule = check_run_arguments(rounds, eval_every, tol, divergence)
+    rounds, eval_every, tol, rule = check_run_arguments(rounds, eval_every, tol, divergence)
     problems = _per_run("problem", problem, count)
     for method, problem in zip(methods, problems, strict=True):
         method.check_problem(problem)
@@ -531,7 +531,7 @@ class _Batch:
         """Evaluate every run in the batch; stop those whose values are not finite, or that a rule or ``tol`` stops."""
         env = state.env
         if type(self.method).evaluate is Algorithm.evaluate:  # the model columns of every run in one pass
-            rows = evaluate_runs(env.problem, env.regularizer, state.x, state.z, self.gamma)
+            rows = evaluate_runs(env.problem, env.regularizer, state.x, state.z, self.gamma, self.method.pre_prox_gamma)
         else:  # a method's own columns: its evaluate on each run's slice
             rows = [self.methods[run].evaluate(self._view(state, position), self.gammas[run])
                     for position, run in enumerate(self.active)]

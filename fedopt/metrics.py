@@ -28,11 +28,14 @@ def hoyer(x) -> float:
     return float((math.sqrt(p) - np.abs(x).sum() / l2) / (math.sqrt(p) - 1))
 
 
-def evaluate(problem, regularizer, x, z=None, gamma: float = 1.0) -> dict:
+def evaluate(problem, regularizer, x, z=None, gamma: float = 1.0, z_gamma: float | None = None) -> dict:
     """The history's model columns at ``x`` (and ``z`` for normal-map methods).
 
-    ``stationarity = ||F_nat(x)||^2`` and ``normal_map = ||F_nor(z)||^2`` use the prox parameter
-    ``gamma``; ``normal_map`` is left out without ``z`` (a method with no pre-prox point has no
+    ``stationarity = ||F_nat(x)||^2`` uses the prox parameter ``gamma``; ``normal_map =
+    ||F_nor(z)||^2`` uses ``z_gamma`` (default ``gamma``), the method's own prox parameter of
+    ``z`` (``x = prox_{z_gamma phi}(z)``): ``F_nor(z) = grad f(x) + s`` with ``s = (z - x) /
+    z_gamma`` the subgradient of phi at x that ``z`` carries, which any other parameter would
+    rescale. ``normal_map`` is left out without ``z`` (a method with no pre-prox point has no
     such column); ``objective = f(x) + phi(x)``; ``test_accuracy`` on the test split (the
     training set without one; NaN for regression); ``nnz`` and ``hoyer`` of x.
     """
@@ -48,17 +51,18 @@ def evaluate(problem, regularizer, x, z=None, gamma: float = 1.0) -> dict:
         "hoyer": hoyer(host),
     }
     if z is not None:
-        prox_z = regularizer.prox(z, gamma)
+        z_gamma = gamma if z_gamma is None else z_gamma
+        prox_z = regularizer.prox(z, z_gamma)
         grad_z = grad if bool(xp.array_equal(prox_z, x)) else problem.grad(prox_z)
-        row["normal_map"] = float(xp.sum((grad_z + (z - prox_z) / gamma) ** 2))
+        row["normal_map"] = float(xp.sum((grad_z + (z - prox_z) / z_gamma) ** 2))
     return row
 
 
-def evaluate_runs(problem, regularizer, X, Z=None, gamma=1.0) -> list[dict]:
+def evaluate_runs(problem, regularizer, X, Z=None, gamma=1.0, z_gamma=None) -> list[dict]:
     """:func:`evaluate` for every run of a batch (:mod:`fedopt.batch`): ``X`` and ``Z`` are the runs'
-    ``(R, 1, p)`` server points, ``problem`` and ``regularizer`` the batch's, ``gamma`` a float or
-    an ``(R, 1, 1)`` array. One oracle pass over all runs' clients; the sums are per run. Without
-    ``Z`` the rows have no ``normal_map``, as in :func:`evaluate`."""
+    ``(R, 1, p)`` server points, ``problem`` and ``regularizer`` the batch's, ``gamma`` and
+    ``z_gamma`` floats or ``(R, 1, 1)`` arrays. One oracle pass over all runs' clients; the sums
+    are per run. Without ``Z`` the rows have no ``normal_map``, as in :func:`evaluate`."""
     count = X.shape[0]
     losses, grad = problem.loss_grad(X)
     xp = problem.backend.xp
@@ -77,8 +81,9 @@ def evaluate_runs(problem, regularizer, X, Z=None, gamma=1.0) -> list[dict]:
         "hoyer": hoyer(host[r]),
     } for r in range(count)]
     if Z is not None:
-        prox_z = regularizer.prox(Z, gamma)
+        z_gamma = gamma if z_gamma is None else z_gamma
+        prox_z = regularizer.prox(Z, z_gamma)
         grad_z = grad if bool(xp.array_equal(prox_z, X)) else problem.grad(prox_z)
-        for row, normal in zip(rows, per_run_sum(grad_z + (Z - prox_z) / gamma), strict=True):
+        for row, normal in zip(rows, per_run_sum(grad_z + (Z - prox_z) / z_gamma), strict=True):
             row["normal_map"] = float(normal)
     return rows

@@ -30,7 +30,8 @@ from fedopt.kernels.reference import array_module
 COLUMNS = ("round", "stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
            "prox_evals", "floats_up", "floats_down", "seconds")
 #: The columns of :data:`COLUMNS` measured at the pre-prox server point ``z``: only the runs of
-#: methods that keep one (``state.z``, the normal-map methods) record them.
+#: methods that keep one (``state.z``, the normal-map methods) record them, with the method's own
+#: prox parameter of ``z`` (its ``pre_prox_gamma``: ``x = prox_{g phi}(z)``), not ``metric_gamma``.
 PRE_PROX_COLUMNS = ("normal_map",)
 #: The columns of the last row that ``repr(result)`` shows (``test_accuracy`` only where defined).
 SUMMARY_COLUMNS = ("objective", "stationarity", "test_accuracy")
@@ -48,9 +49,10 @@ class History:
     """The recorded rows of a run, one per evaluation; ``history["stationarity"]`` is a NumPy column.
 
     The columns are those of :func:`history_columns`: :data:`COLUMNS` (``normal_map`` only for
-    methods with a pre-prox point) followed by the method's ``extra_columns`` (the consensus
-    error of decentralized methods, the gap measures of VI methods, ...). ``seconds`` is the
-    training time up to the row: the time of the rounds, without the evaluations' own time. The
+    methods with a pre-prox point, measured with their own prox parameter of it) followed by the
+    method's ``extra_columns`` (the consensus error of decentralized methods, the gap measures of
+    VI methods, ...). ``seconds`` is the training time up to the row: the time of the rounds,
+    without the evaluations' own time nor that of ``callback``, ``stop`` and the checks. The
     first run of a kind in a process also pays for compiling or loading its kernels; ``fedopt
     sweep`` and ``fedopt run`` run one untimed round of each kind first, so their ``seconds`` do not.
 
@@ -365,9 +367,11 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         model ``x_0 = prox_{metric_gamma phi}(w_0)`` at round 0: normal-map methods start from the
         pre-prox point whose prox with their own parameter is ``x_0`` (see :class:`~fedopt.algorithms.base.Start`).
     metric_gamma : float or None
-        The prox parameter of the stationarity measures; default the method's ``gamma`` when it
-        has one, else 1 (``1 / (2 rho)`` for a ``rho``-weakly convex regularizer with ``rho >= 1``,
-        whose prox needs ``metric_gamma * rho < 1``). Pass the same value to compare methods.
+        The prox parameter of ``stationarity`` (and of the round-0 model, see ``x0``); default the
+        method's ``gamma`` when it has one, else 1 (``1 / (2 rho)`` for a ``rho``-weakly convex
+        regularizer with ``rho >= 1``, whose prox needs ``metric_gamma * rho < 1``). Pass the same
+        value to compare methods. ``normal_map`` does not use it: it is ``||grad f(x) + (z - x) /
+        g||^2`` with the method's own ``g`` (``x = prox_{g phi}(z)``; Zhang's ``eta_hat``).
     tol : float or None
         Stop at the first evaluation where ``stationarity <= tol`` (``result.converged`` is then
         True); None runs all ``rounds``.
@@ -419,7 +423,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
 
     regularizer = as_regularizer(regularizer, problem)
     method = algorithms.make(algorithm, **hyperparameters)
-    rounds, eval_every, rule = check_run_arguments(rounds, eval_every, tol, divergence)
+    rounds, eval_every, tol, rule = check_run_arguments(rounds, eval_every, tol, divergence)
     method.check_problem(problem)
     if backend is not None:
         problem = problem.on(backend)
@@ -443,7 +447,6 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         on = state if evaluated is None else replace(state, env=replace(state.env, problem=evaluated))
         row = {"round": state.round, **method.evaluate(on, gamma),
                **{f.name: getattr(state.costs, f.name) for f in fields(state.costs)}, "seconds": training}
-        clock["evaluating"] += time.perf_counter() - begun
         bad = nonfinite_metrics(row, history.columns)
         if bad:
             rejected(f"{bad} at round {state.round}", state)
@@ -458,6 +461,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             diverged(fired[1], state, fired[0])
         status["converged"] = (tol is not None and row["stationarity"] <= tol) or \
             (stop is not None and bool(stop(state, row)))
+        clock["evaluating"] += time.perf_counter() - begun  # the callback, checks and stop are not training either
 
     def diverged(what, state, kind="nonfinite"):
         if show:
@@ -609,13 +613,13 @@ def run_generator(seed) -> np.random.Generator:
         raise ValueError(f"seed must be an integer >= 0, a sequence of them, or None; got {seed!r} ({err})") from None
 
 
-def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, Divergence | None]:
-    """``(rounds, eval_every, rule)`` after checking the arguments that :func:`run` and
-    :func:`fedopt.run_batch` share."""
+def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, float | None, Divergence | None]:
+    """``(rounds, eval_every, tol, rule)`` after checking the arguments that :func:`run` and
+    :func:`fedopt.run_batch` share; ``tol`` as a float (``"1e-3"`` too, as ``metric_gamma``) or None."""
     if tol is not None:
-        real("tol", tol, hint=" (or None: no tolerance)")
+        tol = real("tol", tol, hint=" (or None: no tolerance)")
     rule = Divergence.parse(divergence)
-    return count("rounds", rounds, minimum=0), count("eval_every", eval_every), rule
+    return count("rounds", rounds, minimum=0), count("eval_every", eval_every), tol, rule
 
 
 def divergence_error(name: str, what: str, kind: str, result: Result) -> DivergenceError:

@@ -317,6 +317,46 @@ def test_tol_stops_at_the_first_evaluation_below_it():
     assert not fedopt.run("fednmap", problem, L1(0.05), tol=1e-30, rounds=3, lr_local=0.05).converged
 
 
+#: Each normal-map method's own prox parameter of ``z`` (``x = prox_{g phi}(z)``) at lr_local 0.05, 3 local steps.
+PRE_PROX = [("fednmap", {"gamma": 0.5}, 0.5), ("feddr", {"gamma": 0.5}, 0.5), ("fedadmm", {"gamma": 0.5}, 0.5),
+            ("zhang", {"lr_server": 2.0}, 0.05 * 2.0 * 3)]
+
+
+@pytest.mark.parametrize(("method", "extra", "g"), PRE_PROX, ids=[case[0] for case in PRE_PROX])
+def test_normal_map_takes_the_methods_own_prox_parameter_of_z(method, extra, g):
+    """``normal_map`` is ``||grad f(x) + (z - x) / g||^2`` with the ``g`` of ``x = prox_{g phi}(z)``,
+    whatever ``metric_gamma`` (the prox parameter of ``stationarity``)."""
+    problem, reg = regression(), L1(0.05)
+    result = fedopt.run(method, problem, reg, rounds=4, local_steps=3, lr_local=0.05, batch_size=4, metric_gamma=2.0,
+                        **extra)
+    x, z = result.x, result.z
+    np.testing.assert_allclose(reg.prox(z, g), x, rtol=1e-12, atol=1e-14)
+    assert not np.allclose(reg.prox(z, 2.0), x)  # the metric's parameter would measure another map
+    by_hand = np.sum((problem.grad(x) + (z - x) / g) ** 2)
+    np.testing.assert_allclose(result.history["normal_map"][-1], by_hand, rtol=1e-10)
+    assert result.algorithm.pre_prox_gamma == pytest.approx(g)
+
+
+def test_zhangs_normal_map_vanishes_with_its_stationarity():
+    """One client, one local step, full gradients: Zhang is proximal gradient descent with step
+    eta_hat = 0.5, and both measures go to 0 with the default metric_gamma (1)."""
+    problem = fedopt.problems.Softmax(fedopt.datasets.load_digits(n_clients=1, partition="iid", seed=0))
+    result = fedopt.run("zhang", problem, L1(1e-2), rounds=1000, eval_every=500, local_steps=1, lr_local=0.5,
+                        lr_server=1.0, batch_size=None)
+    h = result.history
+    assert result.metric_gamma == 1.0 and h["stationarity"][-1] < 1e-4
+    assert h["normal_map"][-1] < 1e-4 < h["normal_map"][0]
+
+
+def test_tol_given_as_a_numeric_string_is_taken_as_its_number():
+    problem = regression()
+    kw = dict(rounds=200, local_steps=2, lr_local=0.05, batch_size=None, eval_every=5)
+    as_string = fedopt.run("fednmap", problem, L1(0.05), tol="1e-4", **kw)
+    as_number = fedopt.run("fednmap", problem, L1(0.05), tol=1e-4, **kw)
+    assert as_string.converged and as_number.converged
+    np.testing.assert_array_equal(as_string.history["round"], as_number.history["round"])
+
+
 def test_flags_are_refused_unless_true_or_false():
     """A flag passed as a string counted by its truth value: "False" ran the averaged extrapolation."""
     for method, flag in (("local-extra-sgd", "average_extrapolation"), ("depositum", "rescaled_prox"),

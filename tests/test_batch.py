@@ -250,6 +250,39 @@ def test_tol_stops_each_run_on_its_own(data):
         assert_same_run(single, result)
 
 
+@pytest.mark.parametrize(("method", "per_run", "own"), [
+    ("fednmap", {"gamma": [0.5, 2.0, 0.5], "lr_local": [0.3, 0.05, 0.05], "tol": 4e-3}, [0.5, 2.0, 0.5]),
+    ("feddr", {"gamma": 0.5, "lr_local": [0.3, 0.1, 0.05], "tol": 6e-3}, [0.5] * 3),
+    ("zhang", {"lr_local": [0.05, 0.1, 0.2], "tol": 4e-3}, [0.15, 0.3, 0.6]),
+], ids=["fednmap", "feddr", "zhang"])
+def test_normal_map_takes_each_runs_own_prox_parameter_of_z(data, method, per_run, own):
+    """Per-run prox parameters of ``z`` (a gamma or Zhang's eta_hat, given per run or for all) set
+    each run's ``normal_map`` as in fedopt.run, with metric_gamma another value; a run that
+    reaches ``tol`` leaves the batch before the others, which keep theirs."""
+    problem, reg = logistic(data), L1(0.02)
+    common = {"rounds": 12, "eval_every": 3, "local_steps": 3, "batch_size": None, "metric_gamma": 1.0}
+    results = fedopt.run_batch(method, problem, reg, seeds=[0, 1, 2], **{**common, **per_run})
+    assert 1 <= sum(result.converged for result in results) < 3
+    for r, (g, result) in enumerate(zip(own, results, strict=True)):
+        values = {name: v[r] if isinstance(v, list) else v for name, v in per_run.items()}
+        assert_same_run(fedopt.run(method, problem, reg, seed=r, **{**common, **values}), result)
+        x, z = result.x, result.z
+        by_hand = np.sum((problem.grad(x) + (z - x) / g) ** 2)
+        np.testing.assert_allclose(result.history["normal_map"][-1], by_hand, rtol=1e-10)
+
+
+def test_tol_given_as_a_numeric_string_is_taken_as_its_number(data):
+    problem = logistic(data)
+    kw = {"seeds": [0, 0], "rounds": 200, "batch_size": None, "local_steps": 2, "lr_local": [0.2, 0.02],
+          "eval_every": 5}
+    as_string = fedopt.run_batch("fednmap", problem, L1(0.02), tol="1e-4", **kw)
+    as_number = fedopt.run_batch("fednmap", problem, L1(0.02), tol=1e-4, **kw)
+    assert as_string[0].converged
+    for a, b in zip(as_string, as_number, strict=True):
+        assert a.converged == b.converged
+        np.testing.assert_array_equal(a.history["round"], b.history["round"])
+
+
 def test_runs_stopped_at_round_0_keep_their_verdict(data):
     """With rounds=0 the round-0 record alone decides, as in fedopt.run: converged by tol, or stopped on NaN."""
     problem = logistic(data)

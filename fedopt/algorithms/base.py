@@ -221,13 +221,22 @@ class Algorithm:
     def check(self, problem, regularizer) -> None:
         """Refuse hyperparameters that the regularizer cannot take (``step * rho >= 1``)."""
 
+    @property
+    def pre_prox_gamma(self):
+        """The prox parameter ``g`` of the pre-prox point of a normal-map method: its state has
+        ``x = prox_{g phi}(z)``, and the history's ``normal_map`` is ``||F_nor^g(z)||^2``. The
+        method's ``gamma`` (None without one); a method whose ``z`` takes another overrides it."""
+        return getattr(self, "gamma", None)
+
     def evaluate(self, state: State, gamma: float) -> dict:
         """The history's model columns at ``state``: :func:`fedopt.metrics.evaluate` at the
-        reported model, plus one value per name in ``extra_columns`` where a method adds some."""
+        reported model, with ``gamma`` the prox parameter of ``stationarity`` and
+        :attr:`pre_prox_gamma` that of ``normal_map``, plus one value per name in
+        ``extra_columns`` where a method adds some."""
         from fedopt.metrics import evaluate
 
         env = state.env
-        return evaluate(env.problem, env.regularizer, state.x, state.z, gamma)
+        return evaluate(env.problem, env.regularizer, state.x, state.z, gamma, self.pre_prox_gamma)
 
     # ---- helpers for the methods
     def local_loop(self, env: Env, Z, P, D, lr: float, prox_steps=None):

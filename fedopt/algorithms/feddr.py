@@ -44,7 +44,7 @@ class FedDR(CohortRounds, Algorithm):
     the inexact solves keep the fixed point exact: no client-drift bias. The local steps converge
     for ``beta < 2 / (L_i + 1 / eta)``. The paper's theory takes ``phi`` convex and, for nonconvex
     ``f_i``, a small enough ``eta``; ``xtilde`` is recorded as ``z`` (``F_nor(z) = 0`` at the
-    fixed point when the metric's gamma is eta, the default).
+    fixed point, with ``xbar = prox_{eta phi}(xtilde)``).
 
     Partial participation (``clients_per_round``, :class:`~fedopt.algorithms.base.CohortRounds`)
     is the paper's own: only the sampled clients ``S_k`` update ``y_i, x_i`` and send the

@@ -31,6 +31,10 @@ class Zhang(LocalStepsMethod):
     name = "zhang"
     zero_sum = ("c",)
 
+    @property
+    def pre_prox_gamma(self):
+        return self.effective_step
+
     def check(self, problem, regularizer):
         regularizer.check_step(self.effective_step, "lr_local * lr_server * local_steps (Zhang's prox step)")
         regularizer.check_step(self.lr_local * self.local_steps, "lr_local * local_steps (the last local prox step)")
