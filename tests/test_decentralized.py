@@ -149,13 +149,15 @@ def test_first_iteration_and_the_tracking_invariant():
         np.testing.assert_allclose(state.vars["Y"].mean(axis=0), beta * state.vars["G"].mean(axis=0), atol=1e-14)
 
 
-def test_prox_dsgt_is_depositum_without_momentum_started_one_prox_later():
+def test_prox_dsgt_is_depositum_without_momentum_from_the_same_start():
+    """Both report the run's x_0 at round 0: DEPOSITUM's iteration t = 0 takes the prox of its pre-prox point."""
     problem, reg, alpha = classification(), L1(0.03), 0.4
     kw = dict(lr=alpha, batch_size=5, seed=2, topology="ring")
     x0 = np.linspace(-0.5, 0.5, problem.n_params)
     dep = trajectory("depositum", problem, reg, 6, momentum=0.0, tracking_rate=1.0, comm_period=1, x0=x0, **kw)
-    dsgt = trajectory("prox-dsgt", problem, reg, 6, x0=reg.prox(x0, alpha), **kw)
+    dsgt = trajectory("prox-dsgt", problem, reg, 6, x0=x0, **kw)
     np.testing.assert_allclose(dep, dsgt, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(dep[0], reg.prox(x0, 1.0), rtol=1e-12, atol=1e-14)  # x_0 = prox_{metric_gamma phi}(w_0)
 
 
 def test_rounds_do_not_change_the_state_they_are_given():

@@ -261,12 +261,18 @@ def compare(run, reference):
 
 def setup(loss, phi, backend):
     """The problem, the reference's oracles on the star, the weights ``w_0`` passed to ``fedopt.run`` and
-    the algorithm's start ``x_0 = prox_{phi}(w_0)`` (run's start at its default metric_gamma = 1), which
-    the first prox with the step alpha moves again."""
+    the start ``x_0 = prox_{phi}(w_0)`` (run's start at its default metric_gamma = 1) that every method
+    reports at round 0."""
     problem, clients = federated_problem(loss, backend)
     nodes = Nodes(clients, phi, metropolis_weights(star_adjacency(clients.n)))
     w0 = np.linspace(-0.4, 0.6, problem.n_params)
     return problem, nodes, w0, phi.prox(w0, 1.0)
+
+
+def pre_prox(w0, x0, alpha):
+    """DEPOSITUM's ``x_i^0``: ``x_0 + alpha s`` with ``s = (w_0 - x_0) / 1`` the subgradient of phi at ``x_0``
+    that run's start gives, so that iteration t = 0's prox with the step alpha returns ``x_0``."""
+    return x0 + alpha * (w0 - x0)
 
 
 def check_network(run, nodes: Nodes):
@@ -299,7 +305,8 @@ def test_depositum_follows_algorithm_1(loss, phi, momentum_type, batch_size, bac
     calls = fused_calls(problem)
     run = fedopt_trajectory("depositum", problem, phi.regularizer, rounds=ROUNDS, x0=w0, topology=TOPOLOGY, **hp)
     check_network(run, nodes)
-    compare(run, depositum_reference(nodes, run.draws, x0, rounds=ROUNDS, **hp))
+    compare(run, depositum_reference(nodes, run.draws, pre_prox(w0, x0, hp["lr"]), rounds=ROUNDS, **hp))
+    np.testing.assert_allclose(run.x[0], x0, rtol=1e-12, atol=1e-14)  # round 0 reports the start
     # the local iterations run in the fused ``tracking_steps`` (the NumPy reference kernel on numpy, the
     # compiled one on numba) for a separable prox (l1, MCP), and array-wise for group lasso
     assert calls == ([] if phi.name == "group_lasso" else [True] * 2 * ROUNDS)
@@ -317,7 +324,8 @@ def test_depositum_without_tracking_follows_section_iv_a(loss, phi, momentum_typ
     run = fedopt_trajectory("depositum-no-tracking", problem, phi.regularizer, rounds=ROUNDS, x0=w0,
                             topology=TOPOLOGY, **hp)
     check_network(run, nodes)
-    compare(run, depositum_reference(nodes, run.draws, x0, rounds=ROUNDS, tracking=False, **hp))
+    compare(run, depositum_reference(nodes, run.draws, pre_prox(w0, x0, hp["lr"]), rounds=ROUNDS, tracking=False,
+                                     **hp))
     assert calls == ([] if phi.name == "group_lasso" else [True] * 2 * ROUNDS)
 
 
