@@ -334,8 +334,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     :func:`fedopt.run`'s, called with each run's own state: True ends that run as converged.
 
     The VI methods batch on the games of :mod:`fedopt.problems.vi` (:class:`BatchVIProblem`).
-    Methods whose rounds are not batched yet (Scaffnew with random step counts) raise ValueError
-    naming the method.
+    Methods whose rounds are not batched yet (Scaffnew with random step counts, and cohort runs:
+    ``clients_per_round`` draws a cohort per run and round) raise ValueError naming the method.
     """
     from fedopt.regularizers import as_regularizer
 
@@ -355,7 +355,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
     refusal = methods[0].batch_refusal()
     if refusal:
         raise ValueError(f"{methods[0].name} cannot run batched: {refusal}; run it with fedopt.run "
-                         "(a sweep does so with --batch off)")
+                         "(a sweep runs them one at a time)")
     rounds, eval_every, tol, rule = check_run_arguments(rounds, eval_every, tol, divergence)
     problems = _per_run("problem", problem, count)
     for method, problem in zip(methods, problems, strict=True):

@@ -358,6 +358,7 @@ def test_decentralized_runs_on_one_mixing_matrix_or_topology_batch():
 
 @pytest.mark.parametrize(("method", "extra", "match"), [
     ("scaffnew", {"random_steps": True}, "scaffnew cannot run batched: with random_steps=True"),
+    ("fednmap", {"clients_per_round": 2}, r"fednmap with clients_per_round draws a cohort .* runs them one at a time"),
 ])
 def test_methods_that_cannot_batch_say_so(data, method, extra, match):
     with pytest.raises(ValueError, match=match):
