@@ -7,8 +7,8 @@ Each regularizer is a frozen dataclass with
   of a vector or row by row of a batch;
 * ``normal_map_step(...)``: the fused FedNMap local step (see :meth:`Regularizer.normal_map_step`);
 * ``weak_convexity``: ``rho >= 0`` such that ``phi + (rho / 2) ||x||^2`` is convex (0 when convex).
-  The prox of a weakly convex ``phi`` is single-valued only for ``step * rho < 1``, and
-  :meth:`Regularizer.check_step` refuses larger steps.
+  The prox of a weakly convex ``phi`` is single-valued only for ``step * rho < 1``, that is for
+  ``step < step_limit = 1 / rho``, and :meth:`Regularizer.check_step` refuses larger steps.
 
 ``prox`` runs on the backend that holds the array (NumPy arrays on ``"numba"``, CuPy arrays on
 ``"gpu"``) unless ``backend=`` names another (``"numpy"`` runs the reference). Inputs are
@@ -96,6 +96,14 @@ class Regularizer:
         """``rho``: ``phi + (rho / 2) ||x||^2`` is convex. 0 for convex regularizers."""
         return 0.0
 
+    @property
+    def step_limit(self) -> float:
+        """``1 / rho``: the prox needs ``step < step_limit`` (inf for convex regularizers). MCP and SCAD give
+        it from their parameters: ``gamma * (1 / gamma)`` rounds below 1 for some ``gamma`` (49), so a test
+        of ``step * rho < 1`` would let ``step = gamma`` through to a division by zero."""
+        rho = self.weak_convexity
+        return 1.0 / rho if rho > 0 else math.inf
+
     def _values(self, x: np.ndarray, tol: float) -> np.ndarray:
         """``phi`` of each row of the float64 host array ``x`` of shape ``(n, p)``.
 
@@ -141,13 +149,14 @@ class Regularizer:
                              "an experiment file") from None
 
     def check_step(self, step, name: str = "step") -> float:
-        """``step`` as a float after checking ``0 < step`` and ``step * rho < 1``; ``name`` is used in errors."""
+        """``step`` as a float after checking ``0 < step < step_limit`` (``step * rho < 1``); ``name`` is used in
+        errors."""
         step = real(name, step, strict=True, hint=" (one step for every row)" if np.ndim(step) else "")
-        rho = self.weak_convexity
-        if step * rho >= 1:
+        limit = self.step_limit
+        if step >= limit:
             raise ValueError(
-                f"{name}={step:g} is too large for {self!r}: the prox of a {rho:g}-weakly convex "
-                f"regularizer needs {name} * rho < 1, so use {name} < {1 / rho:g}"
+                f"{name}={step:g} is too large for {self!r}: the prox of a {self.weak_convexity:g}-weakly convex "
+                f"regularizer needs {name} * rho < 1, so use {name} < {limit:g}"
             )
         return step
 
@@ -576,6 +585,10 @@ class MCP(Regularizer):
     def weak_convexity(self):
         return 1.0 / self.gamma
 
+    @property
+    def step_limit(self):
+        return self.gamma
+
     def _values(self, x, tol):
         a = np.abs(x)
         inner = self.lam * a - a * a / (2 * self.gamma)
@@ -607,6 +620,10 @@ class SCAD(Regularizer):
     @property
     def weak_convexity(self):
         return 1.0 / (self.a - 1.0)
+
+    @property
+    def step_limit(self):
+        return self.a - 1.0
 
     def _values(self, x, tol):
         a, lam, t = self.a, self.lam, np.abs(x)
@@ -647,8 +664,13 @@ class Nuclear(Regularizer):
                              f"have p={p}")
 
     def _values(self, x, tol):
-        singular = np.linalg.svd(x.reshape(len(x), *self.shape), compute_uv=False)
-        return self.lam * singular.sum(axis=1)
+        # LAPACK refuses a matrix with NaN or inf: such a row's norm is NaN, or inf (at least any |x_ij|)
+        values = self.lam * np.abs(x).max(axis=1)
+        finite = np.isfinite(x).all(axis=1)
+        if finite.any():
+            singular = np.linalg.svd(x[finite].reshape(-1, *self.shape), compute_uv=False)
+            values[finite] = self.lam * singular.sum(axis=1)
+        return values
 
     def _prox_rows(self, backend, z, step, out):
         backend.kernels.prox_nuclear(z, self.shape[0], step * self.lam, out)
@@ -710,12 +732,12 @@ class Masked(Regularizer):
     (``mask = [True] * (n_out * d) + [False] * n_out``) whatever the base regularizer (elastic
     net, MCP, SCAD, ...). ``mask`` is a boolean vector of length ``p``. prox: ``x[mask] =
     prox_{step * base}(z[mask])`` and ``x[~mask] = z[~mask]`` (phi is separable across the two
-    blocks). ``weak_convexity``, and so :meth:`check_step`, are those of ``base``. A base whose
-    prox is element-wise keeps the fused kernels: a soft-threshold (``L1``, weighted or not) with
-    weight 0 off the mask, an ``ElasticNet``'s shrinking factor on the mask only
-    (``SOFT_MASKED``), ``MCP`` and ``SCAD`` with ``lam`` weighted by the mask (``MCP_WEIGHTED``,
-    ``SCAD_WEIGHTED``); any other base (a box, a ball, the group lasso) runs its own prox on the
-    masked columns.
+    blocks). ``weak_convexity`` and ``step_limit``, and so :meth:`check_step`, are those of
+    ``base``. A base whose prox is element-wise keeps the fused kernels: a soft-threshold (``L1``,
+    weighted or not) with weight 0 off the mask, an ``ElasticNet``'s shrinking factor on the mask
+    only (``SOFT_MASKED``), ``MCP`` and ``SCAD`` with ``lam`` weighted by the mask
+    (``MCP_WEIGHTED``, ``SCAD_WEIGHTED``), the weights of a ``Masked`` l1, MCP or SCAD put on this
+    mask; any other base (a box, a ball, the group lasso) runs its own prox on the masked columns.
     """
 
     base: Any = None
@@ -724,7 +746,11 @@ class Masked(Regularizer):
 
     def __post_init__(self):
         if not isinstance(self.base, Regularizer):
-            raise TypeError(f"base must be a fedopt regularizer, got {type(self.base).__name__}")
+            raise TypeError(f"base must be a fedopt regularizer, got {type(self.base).__name__}: Masked takes a "
+                            "regularizer object (Masked(L1(1e-3), mask) in Python), so no name builds it; in an "
+                            "experiment file name the base regularizer instead and put it on a parameter block of "
+                            "the problem with block = \"W1\" in [run.regularizer] (--set regularizer.block=W1 on "
+                            "the command line; fedopt.regularizers.on_block)")
         mask = np.asarray(self.mask)
         if mask.ndim != 1 or mask.dtype != np.bool_:
             raise ValueError("mask must be a 1-D boolean array, True where the base regularizer applies")
@@ -735,6 +761,10 @@ class Masked(Regularizer):
     @property
     def weak_convexity(self):
         return self.base.weak_convexity
+
+    @property
+    def step_limit(self):
+        return self.base.step_limit
 
     def _check_dimension(self, p):
         if len(self.mask) != p:
@@ -748,16 +778,16 @@ class Masked(Regularizer):
         form = self.base._elementwise(step, backend, dtype)
         if form is None:
             return None
-        kind, theta, _w = form
+        kind, theta, w = form
         if kind == K.IDENTITY:
             return form
-        if kind == K.SOFT_WEIGHTED:
-            base_weights = self.base.weights
-        elif kind in (K.SOFT, K.MCP, K.SCAD):  # SOFT: theta[0] holds the whole threshold
-            base_weights = 1.0
-        else:  # a clip: run the base prox on the masked columns
-            return None
-        rows = self._on_backend(backend, dtype, "weight_rows", lambda: self._weight_rows(base_weights))
+        weighted = kind in _UNWEIGHTED  # a weighted l1 or a Masked base: its weights w[0] go on the mask
+        kind = _UNWEIGHTED.get(kind, kind)
+        if kind not in (K.SOFT, K.MCP, K.SCAD):  # a clip, or a shrink on part of the base's coordinates:
+            return None  # the base prox runs on the masked columns
+        # weight 1 on the mask for an unweighted base (SOFT: theta[0] holds the whole threshold)
+        rows = self._on_backend(backend, dtype, "weight_rows",
+                                lambda: self._weight_rows(backend.to_numpy(w[0]) if weighted else 1.0))
         if kind in (K.MCP, K.SCAD):  # lam weighted by the mask: 0 is the identity
             return (K.MCP_WEIGHTED if kind == K.MCP else K.SCAD_WEIGHTED), theta, rows[:1]
         if theta[1] == 1.0:  # no shrinking factor (l1, weighted or not)
@@ -779,6 +809,8 @@ class Masked(Regularizer):
 
 
 REGULARIZERS[Masked.name] = Masked
+#: The weighted element-wise forms and the form each weights by ``w[0]`` (what :class:`Masked` composes).
+_UNWEIGHTED = {K.SOFT_WEIGHTED: K.SOFT, K.MCP_WEIGHTED: K.MCP, K.SCAD_WEIGHTED: K.SCAD}
 
 
 def on_block(regularizer: Regularizer, problem, block: str) -> Masked:

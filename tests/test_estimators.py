@@ -501,6 +501,13 @@ def test_lr_server_none_is_the_default_one():
                                                      "prox needs gamma < concavity = 5;"),
     (FederatedLogisticRegression(penalty="scad", gamma=10),
      "gamma=10 is too large for penalty='scad' with concavity=3.7: its prox needs gamma < concavity - 1 = 2.7;"),
+    # exactly at the bound, where gamma * (1 / gamma) rounds below 1 (the prox divided by zero)
+    (FederatedSparseRegressor(concavity=49, gamma=49), "gamma=49 is too large for penalty='mcp' with concavity=49: "
+                                                       "its prox needs gamma < concavity = 49;"),
+    (FederatedSparseRegressor(penalty="scad", concavity=2.27, gamma=2.27 - 1),
+     "gamma=1.27 is too large for penalty='scad' with concavity=2.27: its prox needs gamma < concavity - 1 = 1.27;"),
+    (FederatedLogisticRegression(penalty="scad", concavity=2.29, gamma=2.29 - 1),
+     "gamma=1.29 is too large for penalty='scad' with concavity=2.29: its prox needs gamma < concavity - 1 = 1.29;"),
     (FederatedLogisticRegression(penalty="scad", algorithm="fedmid", lr_local=1.0),  # the method's own prox step
      "lr_server * lr_local * local_steps (FedMiD's server prox step)=10 is too large for penalty='scad' with "
      "concavity=3.7: the prox of a 0.37037-weakly convex regularizer needs"),

@@ -92,6 +92,41 @@ def test_element_wise_bases_keep_the_fused_kernels_and_others_run_row_wise():
         assert R.Masked(base, MASK)._elementwise(0.5, backend, np.float64) is None
 
 
+def test_a_masked_l1_masked_again_is_l1_on_the_composed_mask():
+    """``on_block(Masked(L1), problem, block)`` builds a Masked of a Masked; its prox read the base's
+    ``weights``, which a Masked has none of."""
+    inner = R.Masked(R.L1(0.5), np.array([True, True, False]))  # l1 on the first two of three
+    outer = R.Masked(inner, np.array([True, False, True, True]))  # inner on coordinates 0, 2, 3
+    z = np.full(4, 2.0)
+    assert outer.value(z) == 2.0
+    np.testing.assert_array_equal(outer.prox(z, 1.0), [1.5, 2.0, 1.5, 2.0])
+
+
+OUTER = np.array([True, True, False, True, True, True, False])  # the inner Masked on 5 of 7 coordinates
+INNER = np.array([True, False, True, True, True])  # the base on 4 of those 5
+COMPOSED = np.array([True, False, False, True, True, True, False])  # the base's 4 coordinates among the 7
+
+
+@pytest.mark.parametrize("base", [R.L1(0.3, weights=[1.0, 0.5, 2.0, 0.0]), R.L1(0.3), R.MCP(0.4, gamma=3.0),
+                                  R.SCAD(0.4), R.ElasticNet(0.2, 0.7), R.GroupLasso(0.3, groups=2)],
+                         ids=lambda b: type(b).__name__)
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_nested_masks_are_the_base_on_the_composed_mask(base, backend):
+    nested = R.Masked(R.Masked(base, INNER), OUTER)
+    direct = R.Masked(base, COMPOSED)
+    z = np.random.default_rng(1).uniform(-3, 3, (4, 7))
+    for step in (0.3, 1.5):
+        x = nested.prox(z, step, backend=backend)
+        np.testing.assert_allclose(x, direct.prox(z, step, backend=backend), rtol=0, atol=1e-14)
+        np.testing.assert_array_equal(x[:, ~COMPOSED], z[:, ~COMPOSED])
+        if isinstance(base, R.L1):  # soft-thresholding at step * lam * w_j, w_j = 0 off the composed mask
+            w = np.zeros(7)
+            w[COMPOSED] = 1.0 if base.weights is None else base.weights
+            expected = np.sign(z) * np.maximum(np.abs(z) - step * base.lam * w, 0)
+            np.testing.assert_allclose(x, expected, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(nested.value(z), direct.value(z), rtol=1e-14)
+
+
 @pytest.mark.parametrize("base", [R.L1(0.05), R.ElasticNet(0.05, 0.2), R.MCP(0.05)], ids=lambda b: type(b).__name__)
 def test_fednmap_with_a_masked_regularizer_walks_the_same_path_on_every_loop_and_backend(base, monkeypatch):
     rng = np.random.default_rng(0)

@@ -773,3 +773,12 @@ def test_nuclear_of_non_finite_and_huge_entries(backend, dtype, shape):
     assert np.isfinite(np.array(expected, dtype=dtype)).all()
     tol = 1e-10 if dtype == np.float64 else 1e-5
     np.testing.assert_allclose(x[:2].reshape(2, m, k), expected, rtol=tol, atol=tol * big)
+
+
+def test_nuclear_value_of_non_finite_entries_is_nan_or_inf_like_the_other_norms():
+    """A matrix with NaN has the value NaN and one with inf (and no NaN) inf, as l1 gives, and the
+    other rows of the batch their norm; the SVD raised LinAlgError for the whole batch."""
+    z = np.array([[1.0, np.nan, 0.0, 2.0], [1.0, 0.0, -np.inf, 2.0], [3.0, 0.0, 0.0, -4.0]])  # the last diagonal
+    nuclear = R.Nuclear(0.5, shape=(2, 2))
+    np.testing.assert_allclose(nuclear.value(z), R.L1(0.5).value(z), rtol=1e-14)  # [nan, inf, 3.5]
+    assert np.isnan(nuclear.value(z[0])) and nuclear.value(z[1]) == np.inf and nuclear.value(z[2]) == pytest.approx(3.5)

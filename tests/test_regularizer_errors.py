@@ -269,6 +269,30 @@ def test_weakly_convex_step_too_large(reg, largest):
         reg.normal_map_step(np.ones(3), np.ones(3), np.ones(3), np.ones(3), 0.1, limit * 1.01)
 
 
+@pytest.mark.parametrize(
+    "reg, limit",
+    [(R.MCP(1.0, gamma=49.0), 49.0), (R.MCP(0.5, gamma=98.0), 98.0), (R.MCP(2.0, gamma=103.0), 103.0),
+     (R.SCAD(1.0, a=2.27), 2.27 - 1), (R.SCAD(0.5, a=2.29), 2.29 - 1),
+     (R.Masked(R.MCP(1.0, gamma=49.0), np.array([True, False, True])), 49.0),
+     (R.Masked(R.Masked(R.SCAD(1.0, a=2.27), np.array([True, True])), np.array([True, False, True])), 2.27 - 1)],
+    ids=["mcp49", "mcp98", "mcp103", "scad2.27", "scad2.29", "masked_mcp49", "masked_masked_scad2.27"],
+)
+def test_a_step_exactly_at_the_limit_is_refused_where_step_times_rho_rounds_below_one(reg, limit):
+    """For these gamma (MCP) and a - 1 (SCAD), ``limit * (1 / limit)`` rounds to 0.9999999999999999: a step
+    of exactly the limit passed a test of ``step * rho < 1`` and the prox divided by zero."""
+    assert limit * reg.weak_convexity < 1
+    z = np.array([0.5, 2.0, 200.0])
+    with pytest.raises(ValueError, match=rf"^step={limit:g} is too large .* use step < {limit:g}$"):
+        reg.check_step(limit)
+    with pytest.raises(ValueError, match=rf"^step={limit:g} is too large"):
+        reg.prox(z, limit)
+    with pytest.raises(ValueError, match=rf"^gamma={limit:g} is too large .* use gamma < {limit:g}$"):
+        reg.normal_map_step(z, z, z, z, 0.1, limit)
+    below = np.nextafter(limit, 0)
+    assert np.isfinite(reg.prox(z, below)).all()
+    assert reg.step_limit == limit
+
+
 def test_a_method_without_gamma_measures_at_a_step_the_penalty_allows():
     """metric_gamma defaults to 1, or to 1 / (2 rho) where rho >= 1 (it was refused as 'metric_gamma=1 is too
     large', an argument the user never gave)."""
@@ -384,6 +408,15 @@ def test_make_unknown_parameter(name, params, message):
     """An unknown parameter is refused with a ValueError naming it and listing the accepted ones."""
     with pytest.raises(ValueError, match=message):
         R.make(name, **params)
+
+
+def test_masked_by_name_says_how_to_mask_a_regularizer_from_a_config():
+    """``masked`` is listed among the names, but its base is an object that no name or config builds."""
+    message = (r"^base must be a fedopt regularizer, got NoneType: Masked takes a regularizer object .* put it on a "
+               r"parameter block of the problem with block = \"W1\" in \[run.regularizer\] "
+               r"\(--set regularizer.block=W1 .*on_block\); Masked accepts")
+    with pytest.raises(ValueError, match=message):
+        R.make("masked")
 
 
 def test_make_builds_and_validates():

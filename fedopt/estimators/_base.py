@@ -174,7 +174,7 @@ class _FederatedEstimator(BaseEstimator):
         # no client draws more samples per step than the largest client holds (tiny data sets)
         batch = None if self.batch_size is None else min(self.batch_size, int(problem.dataset.client_sizes.max()))
         # checked before the prox below or the method's check, so that the error names the estimator's parameters
-        if gamma * regularizer.weak_convexity >= 1:
+        if gamma >= regularizer.step_limit:
             penalty, bound = _weakly_convex(regularizer)
             raise ValueError(f"gamma={gamma:g} is too large for {penalty}: its prox needs gamma < {bound}; lower "
                              "gamma, or leave gamma=None for the default, which is capped at half that bound")
