@@ -133,6 +133,8 @@ def _run(args) -> int:
     for flag, path in (("--out", out), ("--store", args.store and Path(args.store))):
         if path:
             _check_writable(path, flag)  # before the run, not after it: its work is not lost to a typo
+    if args.store:
+        _check_store(Path(args.store))
     data = cfg.get("dataset") or {"name": "no data set", "n_clients": cfg["problem"].get("n_clients")}
     print(f"{cfg['algorithm']['name']} on {cfg['problem']['name']} + {cfg['regularizer']['name']}, "
           f"{data['name']} with {data.get('n_clients')} clients, {cfg['rounds']} rounds, "
@@ -190,7 +192,8 @@ def _fit_steps_to(exp):
     from fedopt import algorithms
     from fedopt.sweep.execute import make_regularizer
 
-    rho = make_regularizer(exp.run["regularizer"]).weak_convexity
+    regularizer = make_regularizer(exp.run["regularizer"])
+    rho, limit = regularizer.weak_convexity, regularizer.step_limit
     if rho <= 0:
         return exp
     safe = 0.5 / rho
@@ -198,10 +201,10 @@ def _fit_steps_to(exp):
     lowered = {}
     if "gamma" in algorithms.hyperparameters(method) and "algorithm.gamma" not in exp.overrides:
         gamma = exp.run["algorithm"].get("gamma", algorithms.hyperparameters(method)["gamma"])
-        if isinstance(gamma, (int, float)) and gamma * rho >= 1:
+        if isinstance(gamma, (int, float)) and gamma >= limit:
             lowered["algorithm.gamma"] = safe
     metric_gamma = exp.run.get("metric_gamma")
-    if "metric_gamma" not in exp.overrides and isinstance(metric_gamma, (int, float)) and metric_gamma * rho >= 1:
+    if "metric_gamma" not in exp.overrides and isinstance(metric_gamma, (int, float)) and metric_gamma >= limit:
         lowered["metric_gamma"] = safe
     if lowered:
         print(f"{', '.join(k.rpartition('.')[2] for k in lowered)} = {safe:g} (= 1 / (2 rho)): "
@@ -213,10 +216,11 @@ def _fit_steps_to(exp):
 # -------------------------------------------------------------------------------------------- sweep
 def _sweep(args) -> int:
     from fedopt.sweep.config import load_experiment
-    from fedopt.sweep.execute import run_sweep
+    from fedopt.sweep.execute import check_options, run_sweep
     from fedopt.sweep.store import Store
     from fedopt.sweep.validate import estimate, validate
 
+    check_options(args.executor, args.workers, args.scheduler, args.lease)  # before the store is created
     exp = load_experiment(args.experiment, _assignments(args.set), data=args.data)
     if args.quick:
         exp = exp.shortened(rounds=args.quick_rounds, seeds=1, values=2)
@@ -225,15 +229,19 @@ def _sweep(args) -> int:
     store_path = Path(args.store) if args.store else RESULTS / f"{exp.name}.db"
     specs = exp.expand()
     distinct = len({s.key for s in specs})
+    note = ""
+    if args.executor == "serial" and args.workers is not None:
+        note = f" (one batch at a time: --workers {args.workers} is not used)"
     print(f"{exp.name}: {len(specs)} grid points x seeds, {distinct} distinct runs; store {store_path}; "
-          f"executor {args.executor}\ndata: {exp.data}", flush=True)
+          f"executor {args.executor}{note}\ndata: {exp.data}", flush=True)
     validate(specs)  # bad values stop here, before the store is touched
     if args.dry_run:
-        if store_path.exists() and args.resume:  # --no-resume reruns the stored runs too
+        workers = 1 if args.executor == "serial" else args.workers
+        if store_path.exists() and not _empty_file(store_path) and args.resume:  # --no-resume reruns them too
             with Store(store_path, readonly=True) as store:
-                print(estimate(specs, store, args.workers, retry_failed=args.retry_failed)["text"])
+                print(estimate(specs, store, workers, retry_failed=args.retry_failed)["text"])
         else:
-            print(estimate(specs, None, args.workers, retry_failed=args.retry_failed)["text"])
+            print(estimate(specs, None, workers, retry_failed=args.retry_failed)["text"])
         return 0
     if distinct > LARGE_SWEEP and not args.yes:
         raise ValueError(f"{distinct} runs is more than {LARGE_SWEEP}: see the time it takes with --dry-run, "
@@ -477,8 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dataset", help="a dataset of `fedopt list`")
     run.add_argument("--regularizer", help="a regularizer of `fedopt list` (with its default parameters)")
     run.add_argument("--n-clients", type=_positive, help="the number of clients (a game's n_clients)")
-    run.add_argument("--rounds", type=int, help="communication rounds (default 100)")
-    run.add_argument("--seed", type=int, help="the run's seed: minibatches and the initial model (default 0)")
+    run.add_argument("--rounds", type=int, help="communication rounds (default: the config file's; 100 without one)")
+    run.add_argument("--seed", type=int, help="the run's seed: minibatches and the initial model (default: the "
+                     "config file's first seed; 0 without one)")
     run.add_argument("--backend", choices=backends)
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="any key below [run], e.g. algorithm.lr_local=0.05 or 'algorithm.lr_local=\"1/Q\"'")
@@ -503,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--data", choices=["auto", "paper", "embedded"], default="auto",
                        help="the paper's data set when its files are present (auto, the default; `fedopt data ls`), "
                             "always (paper) or never (embedded: the experiment's [run.dataset], e.g. digits)")
-    sweep.add_argument("--quick", action="store_true", help="a smoke test: 1 seed, 2 values per axis, few rounds")
+    sweep.add_argument("--quick", action="store_true", help="a smoke test: 1 seed, 2 values per axis, few rounds "
+                       "(the rounds, eval_every and seeds that --set fixes stay as set)")
     sweep.add_argument("--quick-rounds", type=int, default=5, help=argparse.SUPPRESS)
     sweep.add_argument("--report", action="store_true", help="report the experiment when the sweep is done")
     sweep.add_argument("--dry-run", action="store_true",
@@ -601,6 +611,22 @@ def _check_writable(path: Path, flag: str) -> None:
                          f"give {flag} a file in a writable folder") from None
     if not existed:
         path.unlink()
+
+
+def _empty_file(path: Path) -> bool:
+    """Whether ``path`` is a file of 0 bytes: a store with nothing stored yet, which `Store` fills when it writes."""
+    return path.is_file() and path.stat().st_size == 0
+
+
+def _check_store(path: Path) -> None:
+    """Refuse a ``--store`` file that is not a fedopt store this fedopt can write, reading it only."""
+    from fedopt.sweep.store import Store, StoreError
+
+    if path.exists() and not _empty_file(path):
+        try:
+            Store(path, readonly=True).close()
+        except StoreError as err:
+            raise ValueError(f"--store: {err}") from None
 
 
 def _positive(text: str, minimum: int = 1, meaning: str = "") -> int:

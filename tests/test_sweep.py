@@ -239,6 +239,18 @@ def test_errors_name_the_key_and_its_line(edit, key, message):
     assert wanted in text.splitlines()[err.line - 1], (err.line, str(err))
 
 
+@pytest.mark.parametrize("name", ["Fig. 3/a", "a\\b", ".", ".."])
+@pytest.mark.parametrize(("old", "key"), [('name = "speedup"', "name"), ('name = "tiny"', "experiment.name")],
+                         ids=["grid", "experiment"])
+def test_names_that_cannot_be_file_names_are_refused_with_their_line(name, old, key):
+    text = TINY.replace(old, f"name = {json.dumps(name)}")
+    with pytest.raises(ConfigError) as info:
+        tiny(text)
+    err = info.value
+    assert err.key == key and err.line == TINY.splitlines().index(old) + 1
+    assert f"write {name!r} without / and \\, and not as . or .." in str(err)
+
+
 def test_fields_of_a_divergence_rule_turned_off_are_refused_and_those_of_the_default_rule_set():
     off = TINY.replace("metric_gamma = 4.0", "metric_gamma = 4.0\ndivergence = false")
     axis = off.replace('"algorithm.local_steps" = [1, 2]', '"divergence.objective_factor" = [10.0]')

@@ -61,6 +61,18 @@ def test_a_reader_that_leaves_stops_the_command_quietly():
     assert command.stderr == b"" and command.returncode == 141  # 128 + SIGPIPE, like a pipe writer killed by it
 
 
+def test_run_lowers_a_file_gamma_exactly_at_the_regularizers_limit(tmp_path, capsys):
+    """gamma = 49 with MCP's gamma = 49: 49 * (1 / 49) rounds below 1, and the step is at the limit all the same."""
+    path = tmp_path / "g49.toml"
+    path.write_text('[run]\nrounds = 1\n[run.dataset]\nname = "digits"\nn_clients = 4\n[run.problem]\n'
+                    'name = "softmax"\n[run.algorithm]\nname = "fednmap"\ngamma = 49.0\n')
+    code = main(["run", str(path), "--regularizer", "mcp", "--set", "regularizer.gamma=49",
+                 "--out", str(tmp_path / "h.csv")])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "gamma = 24.5 (= 1 / (2 rho))" in printed.out
+
+
 def test_run_with_a_weakly_convex_regularizer_takes_its_defaults_and_says_they_prune_everything(tmp_path, capsys):
     code = main(["run", "--regularizer", "mcp", "--rounds", "2", "--out", str(tmp_path / "h.csv")])
     printed = capsys.readouterr()
@@ -138,9 +150,107 @@ def test_a_grid_point_is_resolved_once_for_all_its_seeds(monkeypatch):
 
 
 def test_overrides_are_recorded_for_the_report():
-    exp = tiny(rounds=3).shortened(rounds=2, seeds=1)
-    assert exp.overrides["rounds"] == 3 and exp.overrides["quick"]["rounds"] == 2
+    exp = tiny(rounds=3).shortened(rounds=2, seeds=1)  # what --set fixed stays, and --quick records what it changed
+    assert exp.overrides["rounds"] == 3 and exp.overrides["quick"] == {"seeds": 1, "values per axis": 2}
+    assert tiny().shortened(rounds=2, seeds=1).overrides["quick"]["rounds"] == 2
     assert tiny().overrides == {}
+
+
+def test_quick_keeps_what_set_fixes():
+    exp = tiny(**{"eval_every": 3, "divergence.stall_factor": 0.5}).shortened(rounds=2, seeds=1)
+    config = exp.expand()[0].config
+    assert config["rounds"] == 2 and config["eval_every"] == 3 and config["divergence"]["stall_factor"] == 0.5
+    assert exp.overrides["quick"] == {"rounds": 2, "seeds": 1, "values per axis": 2}
+
+
+def test_quick_sweep_stores_the_rounds_and_seeds_its_overrides_record(tmp_path, capsys):
+    toml, db = tmp_path / "tiny.toml", tmp_path / "s.db"
+    toml.write_text(TINY)
+    assert main(["sweep", str(toml), "--store", str(db), "--executor", "serial", "--quick",
+                 "--set", "rounds=3", "--set", "seeds=[1, 2]"]) == 0
+    with sweep.Store(db, readonly=True) as store:
+        (stored,) = store.sweeps()
+        runs = store.members(stored["id"], with_history=False)
+    assert stored["overrides"] == {"rounds": 3, "seeds": [1, 2], "quick": {"values per axis": 2}}
+    assert {r["config"]["rounds"] for r in runs} == {3} and {r["config"]["seed"] for r in runs} == {1, 2}
+    assert len(runs) == 8 and {r["status"] for r in runs} == {"done"}
+
+
+@pytest.mark.parametrize(("flags", "workers", "unused"), [
+    (["--executor", "serial"], "1 worker ", False),
+    (["--executor", "serial", "--workers", "3"], "1 worker ", True),
+    (["--workers", "3"], "3 workers ", False),
+])
+def test_dry_run_estimates_with_the_workers_of_the_executor(flags, workers, unused, tmp_path, capsys, monkeypatch):
+    import importlib
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(importlib.import_module("fedopt.sweep.validate"), "_time_one",
+                        lambda config, workers: (0.01, 0.001, 0.5))  # (the calibration runs' timings)
+    toml = tmp_path / "tiny.toml"
+    toml.write_text(TINY)
+    assert main(["sweep", str(toml), "--store", str(tmp_path / "s.db"), "--dry-run", *flags]) == 0
+    out = capsys.readouterr().out
+    assert f" with {workers}(" in out
+    assert ("executor serial (one batch at a time: --workers 3 is not used)" in out) == unused
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_dry_run_takes_an_empty_store_file_as_an_empty_store(tmp_path, capsys):
+    toml, db = tmp_path / "tiny.toml", tmp_path / "s.db"
+    toml.write_text(TINY)
+    db.touch()  # what the sweep itself fills
+    assert main(["sweep", str(toml), "--store", str(db), "--dry-run"]) == 0
+    assert "8 runs (8 distinct): 0 already stored, 8 to run" in capsys.readouterr().out
+    assert db.read_bytes() == b""
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--lease", "0"], "lease must be a number of seconds > 0, got 0.0"),
+    (["--lease", "nan"], "lease must be a number of seconds > 0, got nan"),
+    (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler needs --executor dask"),
+])
+def test_option_errors_leave_no_store_behind(flags, message, tmp_path, capsys):
+    toml, db = tmp_path / "tiny.toml", tmp_path / "s.db"
+    toml.write_text(TINY)
+    assert main(["sweep", str(toml), "--store", str(db), *flags]) == 2
+    assert capsys.readouterr().err == f"fedopt sweep: error: {message}\n"
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(("content", "message"), [("text", "is not a readable SQLite store"),
+                                                   ("sqlite", "is a SQLite file but not a fedopt store")])
+def test_run_refuses_a_store_file_that_is_not_a_store_before_the_run(content, message, tmp_path, capsys, monkeypatch):
+    import sqlite3
+
+    from fedopt.sweep import execute
+
+    ran = []
+
+    def failing(config, **_):
+        ran.append(config)
+        return {"status": "failed", "error": "ValueError: boom", "history": None}
+
+    monkeypatch.setattr(execute, "execute_run", failing)
+    target = tmp_path / "s.db"
+    if content == "text":
+        target.write_text("hello\n")
+    else:
+        with sqlite3.connect(target) as con:
+            con.execute("CREATE TABLE other (x)")
+    before = target.read_bytes()
+    assert main(["run", "--rounds", "1", "--store", str(target), "--out", str(tmp_path / "h.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedopt run: error: --store: {target} {message}") and not ran
+    assert target.read_bytes() == before and not (tmp_path / "h.csv").exists()
+
+
+def test_run_stores_in_an_empty_store_file(tmp_path, capsys):
+    target = tmp_path / "s.db"
+    target.touch()
+    assert main(["run", "--rounds", "1", "--store", str(target), "--out", str(tmp_path / "h.csv")]) == 0
+    with sweep.Store(target, readonly=True) as store:
+        assert store.count("done") == 1
 
 
 def test_divergence_rule_in_the_experiment_file_reaches_the_run():

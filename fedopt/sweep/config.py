@@ -856,18 +856,28 @@ class Experiment:
     def shortened(self, rounds: int = 2, seeds: int = 1, values: int = 2) -> Experiment:
         """A small version for tests and smoke runs: ``rounds`` rounds, the first ``seeds`` seeds and
         ``values`` values per axis. A run that short cannot converge, so a divergence rule's
-        ``stall_factor`` is dropped."""
+        ``stall_factor`` is dropped. What :meth:`override` fixed (``--set rounds=20``) stays as set, so that
+        the recorded overrides describe the runs."""
         exp = copy.deepcopy(self)
-        exp.overrides["quick"] = {"rounds": rounds, "seeds": seeds, "values per axis": values}
-        every = exp.run.get("eval_every", 1)
-        if isinstance(exp.run.get("divergence"), dict):
-            exp.run["divergence"].pop("stall_factor", None)
-        exp.run["rounds"] = rounds
-        exp.run["eval_every"] = max(1, min(every if _is_int(every) else 1, rounds))
-        exp.seeds = exp.seeds[:seeds]
+        fixed = self.overrides
+        quick = {k: v for k, v in (("rounds", rounds), ("seeds", seeds)) if k not in fixed}
+        exp.overrides["quick"] = {**quick, "values per axis": values}
+        counts = []  # the counts of the short run, which a grid's own give way to
+        if "rounds" in quick:
+            divergence = exp.run.get("divergence")
+            if isinstance(divergence, dict) and not {"divergence", "divergence.stall_factor"} & set(fixed):
+                divergence.pop("stall_factor", None)
+            exp.run["rounds"] = rounds
+            counts.append("rounds")
+            if "eval_every" not in fixed:
+                every = exp.run.get("eval_every", 1)
+                exp.run["eval_every"] = max(1, min(every if _is_int(every) else 1, rounds))
+                counts.append("eval_every")
+        if "seeds" in quick:
+            exp.seeds = exp.seeds[:seeds]
         for grid in exp.grids:
             grid.axes = {k: v[:values] for k, v in grid.axes.items()}
-            for key in ("rounds", "eval_every"):  # a grid's own counts give way to the short run's
+            for key in counts:
                 if key in grid.axes:
                     grid.axes[key] = [exp.run[key]]
         return exp
@@ -1000,6 +1010,12 @@ def _check_seeds(value, exp, path):
     return list(value)
 
 
+def _check_name(name: str, exp, path):
+    """Experiment and grid names are parts of file names (the store, the report's folders and figures)."""
+    if name in (".", "..") or "/" in name or "\\" in name:
+        raise exp.error(f"a name is part of file names: write {name!r} without / and \\, and not as . or ..", path)
+
+
 # ------------------------------------------------------------------------------------------ loading
 def parse_experiment(text: str, source: str = "<string>", name: str | None = None) -> Experiment:
     """Parse and validate the TOML ``text`` of an experiment; :class:`ConfigError` names the key and line."""
@@ -1025,6 +1041,7 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
         elif not isinstance(value, str):
             raise exp.error(f"a string, got {value!r}", f"experiment.{key}")
     exp.name = meta.get("name", exp.name)
+    _check_name(exp.name, exp, "experiment.name")
     exp.title, exp.description, exp.paper = meta.get("title", ""), meta.get("description", ""), meta.get("paper", "")
     exp.from_paper, exp.defaults = list(meta.get("from_paper", [])), list(meta.get("defaults", []))
     run = data.get("run", {})
@@ -1047,6 +1064,7 @@ def parse_experiment(text: str, source: str = "<string>", name: str | None = Non
     seen = set()
     for index, table in enumerate(grids):
         grid = Grid(name=str(table.get("name", f"grid{index + 1}")), axes={}, index=index)
+        _check_name(grid.name, exp, f"grid[{index}].name")
         if grid.name in seen:
             raise exp.error(f"two grids are called {grid.name!r}", f"grid[{index}].name")
         seen.add(grid.name)

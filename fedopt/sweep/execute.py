@@ -357,6 +357,20 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
+def check_options(executor: str = "local", workers: int | None = None, scheduler: str | None = None,
+                  lease: float = 60.0) -> None:
+    """Refuse the options of :func:`run_sweep` that no sweep takes (`fedopt sweep` checks them before it opens
+    the store)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if scheduler is not None and executor != "dask":
+        raise ValueError("--scheduler needs --executor dask")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be >= 1 (got {workers!r}); omit --workers to use every core")
+    if not (isinstance(lease, (int, float)) and lease > 0):
+        raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
+
+
 def run_sweep(experiment, store, executor: str = "local", workers: int | None = None, scheduler: str | None = None,
               backend: str | None = None, resume: bool = True, retry_failed: bool = False,
               progress: bool | None = None, dask_processes: bool = True, on_result=None, lease: float = 60.0,
@@ -403,14 +417,7 @@ def run_sweep(experiment, store, executor: str = "local", workers: int | None = 
     SweepSummary
         ``interrupted`` is True after Ctrl-C or SIGTERM; what finished before is stored.
     """
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-    if scheduler is not None and executor != "dask":
-        raise ValueError("--scheduler needs --executor dask")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be >= 1 (got {workers!r}); omit --workers to use every core")
-    if not (isinstance(lease, (int, float)) and lease > 0):
-        raise ValueError(f"lease must be a number of seconds > 0, got {lease!r}")
+    check_options(executor, workers, scheduler, lease)
     batch = batch_option(batch)
     owner = owner or default_owner()
     specs = experiment.expand()
@@ -609,5 +616,5 @@ class _Signals:
             raise SweepInterrupted(name)
 
 
-__all__ = ["EXECUTORS", "SweepInterrupted", "SweepSummary", "build", "default_owner", "execute_batch", "execute_run",
-           "load_dataset", "make_problem", "make_regularizer", "plan", "run_kind", "run_sweep"]
+__all__ = ["EXECUTORS", "SweepInterrupted", "SweepSummary", "build", "check_options", "default_owner", "execute_batch",
+           "execute_run", "load_dataset", "make_problem", "make_regularizer", "plan", "run_kind", "run_sweep"]
