@@ -36,8 +36,9 @@ class Depositum(DecentralizedMethod):
     Start: ``x_i = x_0``, ``mu = nu = y = g = 0`` (no gradient at ``x_0``). :meth:`init` runs
     iteration t = 0 (``x_i = prox_{alpha h}(x_0)``, ``y_i = beta g_i``, no gossip) and charges it
     to round 0's costs; from a :class:`~fedopt.algorithms.base.Start` it takes the pre-prox point
-    ``x_0 + alpha s``, so that round 0 reports the run's ``x_0`` as every method does. **One round is one communication period**: the T0 iterations
-    ``t = (r-1) T0 + 1, ..., r T0``, the last of which gossips x and then y. So a round has T0
+    ``x_0 + alpha s``, so that round 0 reports the run's ``x_0`` as every method does. **One round
+    is one communication period**: the T0 iterations ``t = (r-1) T0 + 1, ..., r T0``, the last of
+    which gossips x and then y. So a round has T0
     gradients and T0 proxes per node and two gossips, like a server method's round of T0 local
     steps and one exchange (``floats_up`` counts point-to-point messages: ``2 p sum_i d_i``).
 
