@@ -552,7 +552,7 @@ def check_eval_clients(method, problem, eval_clients) -> int:
         raise ValueError(f"eval_clients evaluates a server model on a sample of clients; {method.name} evaluates "
                          "per-node or per-operator measures: leave eval_clients at None")
     size = cohort_size(eval_clients, problem.n_clients, "eval_clients")
-    problem.check_cohort(size, "eval_clients")
+    problem.check_cohort(size, "eval_clients", eval_clients)
     return size
 
 
@@ -562,7 +562,7 @@ def _evaluation_view(method, problem, eval_clients, seed, history):
     if eval_clients is None:
         return None
     n, size = problem.n_clients, check_eval_clients(method, problem, eval_clients)
-    rng = np.random.default_rng(np.random.SeedSequence([0 if seed is None else seed, _EVAL_STREAM]))
+    rng = np.random.default_rng(_evaluation_seed(seed))
     clients, weights = problem.draw_cohort(rng, size, "uniform")
     note = f"{size} of {n} clients"
     sampled = SAMPLED_COLUMNS + (() if problem.dataset.X_test is not None else ("test_accuracy",))
@@ -571,6 +571,19 @@ def _evaluation_view(method, problem, eval_clients, seed, history):
 
 
 _EVAL_STREAM = 0x6576616C  # "eval": the sample's stream, apart from the training draws
+
+
+def _evaluation_seed(seed) -> np.random.SeedSequence:
+    """The stream of ``eval_clients``' sample from the run's ``seed`` (None, an int, a sequence of them, a
+    SeedSequence or a Generator), apart from the training draws."""
+    if isinstance(seed, np.random.Generator):
+        seed = seed.bit_generator.seed_seq
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, _EVAL_STREAM))
+    if isinstance(seed, np.random.bit_generator.ISeedSequence):  # a generator built from a state, not a seed
+        raise ValueError("eval_clients draws its sample from the run's seed: pass seed as an int, a sequence of "
+                         "them, a SeedSequence, or a Generator made by np.random.default_rng")
+    return np.random.SeedSequence([*np.atleast_1d(0 if seed is None else seed).tolist(), _EVAL_STREAM])
 
 
 def state_fits(state: State, problem) -> bool:

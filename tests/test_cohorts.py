@@ -224,6 +224,10 @@ def test_bad_cohorts_are_refused_with_the_fix():
         with pytest.raises(ValueError, match=f"{name}=4 asks for more distinct clients than the 3 of positive weight"):
             fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=1, **options_,
                        **({"eval_clients": 4} if name == "eval_clients" else {}))
+    for name in ("clients_per_round", "eval_clients"):  # a fraction is named as given, with the count it means
+        with pytest.raises(ValueError, match=rf"{name}=0.5 \(6 of 12 clients\) asks for more distinct clients"):
+            fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=1,
+                       **{**options("fednmap", clients_per_round=3), name: 0.5})
     for seed in range(10):  # cohorts and evaluation samples of 3 are the 3 clients of positive weight
         run = fedopt.run("fednmap", weightless, regularizer("fednmap"), rounds=3, seed=seed, eval_clients=3,
                          **options("fednmap", clients_per_round=3))
@@ -304,6 +308,18 @@ def test_evaluation_on_a_fixed_sample_of_clients_is_stated_and_leaves_training_a
         fedopt.run("fednmap", prob, R.L1(1e-3), rounds=1, eval_clients=0, **steps)
     with pytest.raises(ValueError, match="per-node"):
         fedopt.run("depositum", prob, rounds=1, eval_clients=4, batch_size=8)
+
+
+@pytest.mark.parametrize("seed", [lambda: 5, lambda: [5, 1], lambda: np.random.SeedSequence(5),
+                                  lambda: np.random.default_rng(5)],
+                         ids=["int", "sequence", "SeedSequence", "Generator"])
+def test_the_evaluation_sample_comes_from_any_seed_the_run_takes(seed):
+    prob, steps = problem(n_clients=12), options("fednmap", clients_per_round=4)
+    first, again = (fedopt.run("fednmap", prob, R.L1(1e-3), rounds=2, seed=seed(), eval_clients=6, **steps)
+                    for _ in range(2))
+    np.testing.assert_array_equal(first.history["objective"], again.history["objective"])
+    exact = fedopt.run("fednmap", prob, R.L1(1e-3), rounds=2, seed=seed(), **steps)
+    np.testing.assert_array_equal(first.x, exact.x)  # the sample leaves the training draws alone
 
 
 def test_the_readmes_million_client_run_with_two_thousand_clients():

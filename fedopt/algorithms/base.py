@@ -384,7 +384,7 @@ class CohortRounds:
         if self.clients_per_round is not None:
             size = self.cohort_size(problem.n_clients)
             if self.sampling == "uniform":
-                problem.check_cohort(size, "clients_per_round")
+                problem.check_cohort(size, "clients_per_round", self.clients_per_round)
 
     def next_round(self, state: State) -> State:
         """One round with the clients sampled for it (partial participation), or with all of them.

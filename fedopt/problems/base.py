@@ -223,12 +223,13 @@ class Problem(PointArguments):
                                      n - 1))
         return clients, np.full(size, 1.0 / size)
 
-    def check_cohort(self, size: int, name: str) -> None:
+    def check_cohort(self, size: int, name: str, value=None) -> None:
         """Refuse a uniform draw of ``size`` distinct clients (``name`` the argument that asks for
-        it) when fewer than ``size`` clients have a positive weight."""
+        it, given as ``value``: a count or a fraction) when fewer than ``size`` clients have a positive weight."""
         pool = self._positive_clients
         if pool is not None and len(pool) < size < self.n_clients:
-            raise ValueError(f"{name}={size} asks for more distinct clients than the {len(pool)} of positive weight "
+            given = size if value is None or value == size else f"{value!r} ({size} of {self.n_clients} clients)"
+            raise ValueError(f"{name}={given} asks for more distinct clients than the {len(pool)} of positive weight "
                              f"(a client of weight 0 adds nothing to the objective and is never drawn); use at most "
                              f"{len(pool)}")
 
