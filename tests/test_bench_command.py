@@ -241,35 +241,10 @@ def test_sweep_modes_measure_runs_and_split_the_time(tmp_path, capsys, monkeypat
     assert "where the time goes" in capsys.readouterr().out
 
 
-GRID_ROUNDS = """
-[experiment]
-name = "grid_rounds_bench"
-
-[run]
-rounds = 30
-eval_every = 1
-seeds = [0]
-
-[run.dataset]
-name = "digits"
-n_clients = 4
-
-[run.problem]
-name = "softmax"
-
-[run.regularizer]
-name = "l1"
-lam = 1e-3
-
-[run.algorithm]
-name = "fednmap"
-local_steps = 2
-batch_size = 8
-
-[[grid]]
-name = "lengths"
-rounds = [2, 6]
-"""
+# TINY's [run] with one seed, every round evaluated, and one grid whose runs set their own rounds
+GRID_ROUNDS = TINY.split("[[grid]]")[0].replace('"tiny_bench"', '"grid_rounds_bench"').replace(
+    "eval_every = 10", "eval_every = 1").replace("seeds = [0, 1]", "seeds = [0]") + \
+    '[[grid]]\nname = "lengths"\nrounds = [2, 6]\n'
 
 
 def test_sweep_modes_count_the_rounds_that_the_grids_set(tmp_path, capsys):
