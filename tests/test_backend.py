@@ -230,18 +230,25 @@ def test_thread_count_follows_numba_in_every_thread():
         numba.set_num_threads(previous)
 
 
-def test_stale_numba_cache_is_dropped_when_any_kernel_source_changes(tmp_path):
+@pytest.mark.parametrize("numba_cache_dir", [False, True], ids=["__pycache__", "NUMBA_CACHE_DIR"])
+def test_stale_numba_cache_is_dropped_when_any_kernel_source_changes(tmp_path, monkeypatch, numba_cache_dir):
     """A kernel's cache holds the helpers it compiled in from other files, which Numba does not
     check: the cache of a kernel folder goes when any of its sources (or the package's constants)
-    changes, and stays while none does."""
-    from fedopt.kernels.cpu._jit import drop_stale_cache
+    changes, and stays while none does; in ``NUMBA_CACHE_DIR`` too, where Numba keeps it when set."""
+    from numba.core import config
 
+    from fedopt.kernels.cpu._jit import cache_folder, drop_stale_cache
+
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba-cache") if numba_cache_dir else "")
     folder = tmp_path / "kernels" / "cpu"
-    (folder / "__pycache__").mkdir(parents=True)
+    folder.mkdir(parents=True)
+    cache = cache_folder(folder)
+    assert (cache.parent == tmp_path / "numba-cache") if numba_cache_dir else (cache == folder / "__pycache__")
+    cache.mkdir(parents=True)
     (tmp_path / "kernels" / "__init__.py").write_text("SOFT = 1\n")
     (folder / "models.py").write_text("def kernel(): pass\n")
     (folder / "minibatch.py").write_text("def helper(): pass\n")
-    cached = [folder / "__pycache__" / name for name in ("models.kernel-1.py311.nbi", "models.kernel-1.py311.1.nbc")]
+    cached = [cache / name for name in ("models.kernel-1.py311.nbi", "models.kernel-1.py311.1.nbc")]
 
     def cache_again():
         for path in cached:
@@ -257,4 +264,4 @@ def test_stale_numba_cache_is_dropped_when_any_kernel_source_changes(tmp_path):
     cache_again()
     (tmp_path / "kernels" / "__init__.py").write_text("SOFT = 2\n")
     assert drop_stale_cache(folder) and not any(path.exists() for path in cached)
-    assert (folder / "minibatch.py").exists() and list((folder / "__pycache__").glob("*.sha256"))
+    assert (folder / "minibatch.py").exists() and list(cache.glob("*.sha256"))

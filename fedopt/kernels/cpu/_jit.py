@@ -16,9 +16,20 @@ from numba.np.ufunc import parallel as _numba_parallel
 from fedopt._backend import numba_cache_enabled
 
 
+def cache_folder(folder: Path) -> Path:
+    """Where Numba caches the kernels of ``folder``: the subfolder of ``NUMBA_CACHE_DIR`` that it names
+    after ``folder`` when that is set, else ``folder/__pycache__``."""
+    from numba.core import caching, config
+
+    if config.CACHE_DIR:
+        return Path(config.CACHE_DIR) / caching.UserProvidedCacheLocator.get_suitable_cache_subpath(
+            str(folder / "__init__.py"))
+    return folder / "__pycache__"
+
+
 def drop_stale_cache(folder: Path = Path(__file__).parent) -> bool:
-    """Delete the Numba cache files in ``folder/__pycache__`` when a Python source of ``folder`` or
-    of its parent package's ``__init__.py`` changed since they were written; True when it did.
+    """Delete the Numba cache files of ``folder`` (:func:`cache_folder`) when a Python source of
+    ``folder`` or of its parent package's ``__init__.py`` changed since they were written; True when it did.
 
     Numba checks a cached function against its own source file only, but a kernel's cache also
     holds the helpers and constants it compiled in from the other files: after an edit of
@@ -28,14 +39,15 @@ def drop_stale_cache(folder: Path = Path(__file__).parent) -> bool:
     """
     sources = [*sorted(folder.glob("*.py")), folder.parent / "__init__.py"]
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
-    cache, stamp = folder / "__pycache__", folder / "__pycache__" / "fedopt-sources.sha256"
+    cache = cache_folder(folder)
+    stamp = cache / "fedopt-sources.sha256"
     try:
         if stamp.read_text() == digest:
             return False
     except OSError:
         pass
     try:
-        cache.mkdir(exist_ok=True)
+        cache.mkdir(parents=True, exist_ok=True)
         for path in cache.glob("*.nb[ic]"):
             path.unlink(missing_ok=True)
         partial = cache / f"fedopt-sources.{os.getpid()}"

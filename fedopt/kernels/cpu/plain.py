@@ -15,13 +15,15 @@ import numba
 import numpy as np
 from numba import prange
 
+from fedopt._backend import numba_cache_enabled
 from fedopt.kernels.cpu._jit import renamed_copy
 
 
 def _both(func):
     """``(parallel, serial)`` compilations of ``func`` (the serial one runs ``prange`` as ``range``),
     each cached in its own file."""
-    return numba.njit(parallel=True, cache=True)(renamed_copy(func, "_parallel")), numba.njit(cache=True)(func)
+    cache = numba_cache_enabled()
+    return numba.njit(parallel=True, cache=cache)(renamed_copy(func, "_parallel")), numba.njit(cache=cache)(func)
 
 
 # ---- separable proxes over the flat array (C-contiguous, so rows x columns is one vector) -----
