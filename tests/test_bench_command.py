@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -167,9 +168,11 @@ def test_gradients_and_the_gemm_floor_are_timed_in_the_rounds_context(monkeypatc
 def test_prox_benchmark_reads_the_shared_weights_once(tmp_path):
     """The weighted l1 of bench_prox_cpu.py on 100 rows of 10 reads its 10 weights once (spec 1.3)."""
     out = tmp_path / "prox.json"
+    # pytest-benchmark disables itself in an xdist worker, which it reads from these variables
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     subprocess.run([sys.executable, "-m", "pytest", "bench/bench_prox_cpu.py", "--benchmark-enable", "--benchmark-only",
                     "-q", "-p", "no:cacheprovider", "-k", "l1w-p1e3-100x1e1-f64 or l1w-p1e3-f64",
-                    f"--benchmark-json={out}"], cwd=ROOT, check=True, capture_output=True)
+                    f"--benchmark-json={out}"], cwd=ROOT, check=True, capture_output=True, env=env)
     nbytes = {b["name"]: b["extra_info"]["bytes"] for b in json.loads(out.read_text())["benchmarks"]}
     assert nbytes == {"test_prox[l1w-p1e3-f64]": 3 * 1000 * 8, "test_prox[l1w-p1e3-100x1e1-f64]": (2 * 1000 + 10) * 8}
 
