@@ -210,6 +210,27 @@ def test_classifier_partial_fit_takes_the_classes_first_and_batches_without_some
     assert mlp.coefs_[1].shape == (8, 3) and mlp.n_iter_ == mlp.eval_every
 
 
+@pytest.mark.parametrize("make", [lambda: FederatedLogisticRegression(0.01, penalty="l2"),
+                                  lambda: FederatedMLPClassifier(hidden_layer_size=8, max_rounds=20)])
+def test_warm_start_refuses_other_classes_as_scikit_learn_does(make):
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    est = make().set_params(warm_start=True, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+        # as many classes, other labels: the fitted output units would start unrelated classes
+        with pytest.raises(ValueError, match=r"classes_ are array\(\[0, 1, 2\]\), but y has the classes "
+                                             r"array\(\[5, 6, 7\]\).*warm_start=False"):
+            est.fit(X, y + 5)
+        est.set_params(warm_start=False).fit(X, y + 5)
+    assert list(est.classes_) == [5, 6, 7]
+    with pytest.raises(ValueError, match="differs from the classes_ of the fitted model"):
+        est.partial_fit(X, y + 5, classes=[0, 1, 2])
+    with pytest.raises(ValueError, match=r"not among the classes .* of the fitted model"):
+        est.partial_fit(X, y)
+
+
 # ---- float32 -------------------------------------------------------------------------------------
 
 

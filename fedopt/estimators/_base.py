@@ -157,7 +157,7 @@ class _FederatedEstimator(BaseEstimator):
         return (partial or self.warm_start) and hasattr(self, "n_iter_")
 
     def _run(self, problem, regularizer, gamma, lr_local, seed, gap=None, previous=None, partial=False, floor=0.0,
-             center=None):
+             center=None, start=None):
         """Run the method to ``tol`` or ``max_rounds``; set ``n_iter_`` (``n_rounds_``) and ``history_``; return x.
 
         ``gap`` (None, or ``(gap(x) -> float, scale)``) selects the stopping rule: the duality gap
@@ -169,7 +169,8 @@ class _FederatedEstimator(BaseEstimator):
         stopping rule (``partial_fit``): it continues the last run's state where
         :meth:`_resumable` allows, else restarts the method at ``previous`` (:meth:`_restart`).
         ``center`` is the features' mean ``mu`` where the parameters hold an intercept of the
-        centered features ``X - mu`` (None: no such intercept).
+        centered features ``X - mu`` (None: no such intercept). ``start`` (a flat parameter vector)
+        replaces ``problem.init(seed)`` as the initial model of a run that starts afresh.
         """
         # no client draws more samples per step than the largest client holds (tiny data sets)
         batch = None if self.batch_size is None else min(self.batch_size, int(problem.dataset.client_sizes.max()))
@@ -192,7 +193,7 @@ class _FederatedEstimator(BaseEstimator):
         if resume is not None:
             x0 = None  # the run continues the state
         elif previous is None:
-            x0 = problem.init(seed)
+            x0 = problem.init(seed) if start is None else problem.backend.asarray(start, dtype=problem.dtype)
         else:
             x = problem.backend.asarray(previous, dtype=problem.dtype)
             x0 = x - problem.dtype.type(gamma) * problem.grad(x)
@@ -598,26 +599,36 @@ def _checked_weights(sample_weight, X):
 def _class_codes(estimator, y, classes, partial):
     """``(classes_, codes)``: the sorted classes and each label's index among them.
 
-    ``fit`` takes the classes of ``y``; the first ``partial_fit`` call takes ``classes`` (every
-    label that later batches may hold, scikit-learn's convention) and later calls keep them.
+    ``fit`` takes the classes of ``y`` (with ``warm_start``, they must be those of the fitted
+    model, whose output units it continues); the first ``partial_fit`` call takes ``classes``
+    (every label that later batches may hold, scikit-learn's convention) and later calls keep
+    the fitted model's.
     """
     name = type(estimator).__name__
     if partial and hasattr(estimator, "classes_"):
         known = estimator.classes_
         if classes is not None and not np.array_equal(np.unique(classes), known):
-            raise ValueError(f"classes={classes!r} differs from the classes_ of the first partial_fit call, {known!r}")
+            raise ValueError(f"classes={classes!r} differs from the classes_ of the fitted model, {known!r}: "
+                             "partial_fit keeps them; leave classes=None, or fit a new model with warm_start=False")
     elif partial:
         if classes is None:
             raise ValueError(f"{name}.partial_fit needs classes on its first call: every label that y may hold")
         known = np.unique(classes)
     else:
         known = np.unique(y)
+        if estimator._previous(partial) and not np.array_equal(known, estimator.classes_):
+            raise ValueError(f"warm_start=True continues the fitted model, whose classes_ are {estimator.classes_!r}, "
+                             f"but y has the classes {known!r}: a warm start needs the same classes; fit with "
+                             "warm_start=False to start a new model")
     if len(known) < 2:
         raise ValueError(f"{name} needs samples of at least 2 classes, but the data contains only one class: "
                          f"{known[0]!r}")
     codes = np.minimum(np.searchsorted(known, y), len(known) - 1)
     unknown = np.flatnonzero(known[codes] != y)
     if len(unknown):
-        raise ValueError(f"y holds the label {y[unknown[0]]!r}, which is not among the classes {known!r} of the "
-                         "first partial_fit call")
+        where, fix = (("the fitted model", "partial_fit keeps them; fit a new model with warm_start=False for "
+                       "other classes") if hasattr(estimator, "classes_") else
+                      ("the classes argument", "classes must hold every label that y may hold"))
+        raise ValueError(f"y holds the label {y[unknown[0]]!r}, which is not among the classes {known!r} of {where}: "
+                         f"{fix}")
     return known, codes
