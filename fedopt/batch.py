@@ -597,7 +597,7 @@ class _Batch:
         self.active = [self.active[p] for p in keep]
 
 
-def _run_view(state, position, count, problem, regularizer, method: str, server_vars=frozenset()) -> State:
+def _run_view(state, position, count, problem, regularizer, method: str, server_vars) -> State:
     """Run ``position``'s slice of a batch state, in the layout of one run: server arrays ``(p,)``,
     client arrays ``(n, p)``, per-run scalars ``(R,)`` as Python numbers. With one client the
     ``(R, 1, p)`` arrays are client arrays except ``server_vars``."""
