@@ -63,6 +63,12 @@ class Backend:
         """A host NumPy copy (or view) of ``a``."""
         return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
+    def synchronize(self) -> None:
+        """Wait until the work queued on this backend has finished (device kernels run asynchronously,
+        so a clock read without this counts their launches, not their work). A no-op on the CPU."""
+        if self.name == "gpu":
+            self.xp.cuda.get_current_stream().synchronize()
+
 
 def canonical_dtype(a_or_dtype) -> np.dtype:
     """float32 stays float32; every other real dtype becomes float64 (the kernels' two signatures)."""

@@ -473,7 +473,7 @@ class _Batch:
         self.regularizers, self.rule, self.tol, self.show, self.callback = regularizers, rule, tol, show, callback
         self.stop = stop
         count, backend = len(methods), problems[0].backend
-        self.xp, self.dtype = backend.xp, problems[0].dtype
+        self.backend, self.xp, self.dtype = backend, backend.xp, problems[0].dtype
         self.method = type(methods[0]).stack(methods, self.xp, self.dtype)
         self.results: list[Result | None] = [None] * count
         self.active = list(range(count))  # the runs still in the batch, by position
@@ -507,6 +507,7 @@ class _Batch:
                 begun = time.perf_counter()
                 # round, not next_round: no cohorts in a batch, so nothing of last_finite is written in place
                 self.state = self.method.round(self.state)
+                self.backend.synchronize()
                 self.seconds[self.active] += (time.perf_counter() - begun) / len(self.active)
                 for position, part in nonfinite_runs(self.state, len(self.active)):
                     self._stop(position, last_finite, f"{part} has NaN or inf entries after round {t}", "nonfinite")

@@ -442,6 +442,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     clock = {"start": time.perf_counter(), "evaluating": 0.0}
 
     def record(state):
+        problem.backend.synchronize()  # the round's device work belongs to its training time
         begun = time.perf_counter()
         training = begun - clock["start"] - clock["evaluating"]  # the paper's training time: evaluations excluded
         on = state if evaluated is None else replace(state, env=replace(state.env, problem=evaluated))

@@ -50,3 +50,44 @@ def test_slow_callbacks_and_stops_are_not_training_time(problem, hook, runner, m
     assert clock.now >= 4.0  # the hook ran at every evaluation
     for history in histories:
         np.testing.assert_array_equal(history["seconds"], [0.0] * 4)
+
+
+@pytest.mark.parametrize("runner", ["fedopt.run", "fedopt.batch"])
+def test_queued_device_work_counts_as_training_time(problem, runner, monkeypatch):
+    """A device runs a round's kernels after the call returns: the clock is read once they have finished."""
+    from fedopt._backend import Backend
+    from fedopt.algorithms.fednmap import FedNMap
+
+    clock, queued = FakeClock(), []
+    monkeypatch.setattr(importlib.import_module(runner), "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    launch = FedNMap.round
+
+    def asynchronous_round(self, state):
+        queued.append(1.0)  # one second of device work, still running when round returns
+        return launch(self, state)
+
+    def synchronize(self):
+        clock.sleep(sum(queued))
+        queued.clear()
+
+    monkeypatch.setattr(FedNMap, "round", asynchronous_round)
+    monkeypatch.setattr(Backend, "synchronize", synchronize)
+    kw = {"rounds": 3, "local_steps": 2, "batch_size": None}
+    if runner == "fedopt.run":
+        histories = [fedopt.run("fednmap", problem, L1(0.01), **kw).history]
+    else:
+        histories = [r.history for r in fedopt.run_batch("fednmap", problem, L1(0.01), seeds=[0, 1], **kw)]
+    for history in histories:
+        np.testing.assert_allclose(history["seconds"], np.arange(4) / len(histories))
+
+
+def test_synchronize_waits_on_the_device_stream_only_on_the_gpu():
+    from fedopt._backend import Backend
+
+    waited = []
+    stream = types.SimpleNamespace(synchronize=lambda: waited.append(True))
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+    Backend("numba", cupy, None).synchronize()
+    assert waited == []
+    Backend("gpu", cupy, None).synchronize()
+    assert waited == [True]
