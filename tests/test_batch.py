@@ -354,6 +354,9 @@ def test_decentralized_runs_on_one_mixing_matrix_or_topology_batch():
                             result)
     with pytest.raises(ValueError, match="only with one value of topology, got 'ring', 'star'"):
         fedopt.run_batch("depositum", problem, L1(0.01), seeds=[0, 1], topology=["ring", "star"], **common)
+    with pytest.raises(ValueError, match=r"only with one value of edge_prob, got 0\.4, 0\.6; run them in separate"):
+        fedopt.run_batch("depositum", problem, L1(0.01), seeds=[0, 1], topology="erdos_renyi", edge_prob=[0.4, 0.6],
+                         **common)
 
 
 @pytest.mark.parametrize(("method", "extra", "match"), [

@@ -177,6 +177,9 @@ def test_vi_methods_and_shared_real_hyperparameters():
     assert signature(scaffnew) is not None
     assert signature(_with(scaffnew, **{"algorithm.lr_local": 0.3})) == signature(scaffnew)
     assert signature(_with(scaffnew, **{"algorithm.comm_prob": 0.25})) != signature(scaffnew)  # sets the steps
+    depositum = _with(_base(), algorithm={"name": "depositum", "topology": "erdos_renyi", "edge_prob": 0.5})
+    assert signature(_with(depositum, **{"algorithm.lr": 0.3})) == signature(depositum)
+    assert signature(_with(depositum, **{"algorithm.edge_prob": 0.6})) != signature(depositum)  # sets the graph
 
 
 def test_the_batch_option_is_auto_off_or_a_positive_integer(capsys):

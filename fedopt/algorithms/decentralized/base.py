@@ -46,6 +46,7 @@ class DecentralizedMethod(Algorithm):
 
     extra_columns = ("consensus", "objective_spread", "floats_per_node")
     positive = ("lr",)
+    shared = ("edge_prob",)  # a batch gossips over one graph
 
     lr: float = 0.05
     batch_size: int | None = 32
