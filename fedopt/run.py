@@ -636,6 +636,17 @@ def check_run_arguments(rounds, eval_every, tol, divergence) -> tuple[int, int, 
     return count("rounds", rounds, minimum=0), count("eval_every", eval_every), tol, rule
 
 
+def _step_sizes(name: str) -> str:
+    """The step-size hyperparameters of method ``name`` (those named ``lr...``) as the advice lists them,
+    `` (lr_local, lr_server)``; empty for a method outside :mod:`fedopt.algorithms`."""
+    try:
+        own = algorithms.hyperparameters(name)
+    except ValueError:
+        return ""
+    steps = [k for k in own if k.startswith("lr")]
+    return f" ({', '.join(steps)})" if steps else ""
+
+
 def divergence_error(name: str, what: str, kind: str, result: Result) -> DivergenceError:
     """The error that stops run ``result`` of method ``name`` (``what`` happened, by check ``kind``),
     also set as ``result.error``."""
@@ -648,7 +659,7 @@ def divergence_error(name: str, what: str, kind: str, result: Result) -> Diverge
     if kind == "stalled":
         verdict, fix = STALLED, "change the step sizes (too large oscillates, too small crawls), run more rounds"
     else:
-        verdict, fix = "diverged", "reduce the step sizes (lr_local, lr_server)"
+        verdict, fix = "diverged", f"reduce the step sizes{_step_sizes(name)}"
     error = DivergenceError(f"{name} {verdict}: {what}. To fix it, {fix} or check the data; {advice}", result, kind)
     result.error = error
     return error

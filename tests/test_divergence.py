@@ -3,6 +3,7 @@ runs alone, can be tuned or switched off, and the NaN/inf check stays."""
 
 import pickle
 import re
+import types
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from fedopt.datasets import load_digits, partition
 from fedopt.problems import LeastSquares, Softmax
 from fedopt.problems.vi import BilinearGame
 from fedopt.regularizers import ElasticNet, Zero
-from fedopt.run import Divergence, DivergenceError, History, objective_rose
+from fedopt.run import Divergence, DivergenceError, History, divergence_error, objective_rose
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +144,34 @@ def test_a_diverging_game_is_stopped_by_its_gap_before_it_overflows():
                    x0=np.zeros(game.n_params), progress=False)
     history = info.value.result.history  # the gap: 16 at round 0, 2e6 at round 30, ||F_nat||^2 inf at round 650
     assert info.value.rule == "objective" and history["round"][-1] == 30 and np.isfinite(history["objective"]).all()
+
+
+def advised_steps(error):
+    """The hyperparameters that a divergence's advice tells to reduce."""
+    return re.search(r"reduce the step sizes \(([^)]*)\)", str(error)).group(1).split(", ")
+
+
+@pytest.mark.parametrize("name", fedopt.algorithms.available())
+def test_the_advice_names_only_step_sizes_the_method_has(name):
+    error = divergence_error(name, "objective 1e9 at round 10", "objective", types.SimpleNamespace(error=None))
+    steps = advised_steps(error)
+    assert steps and set(steps) <= set(fedopt.algorithms.hyperparameters(name))
+    assert all(step.startswith("lr") for step in steps)
+
+
+def test_the_advice_of_a_run_names_its_method_own_step_sizes(digits):
+    data = fedopt.datasets.make_sparse_regression(n_samples=400, n_features=12, n_clients=8, seed=0)
+    with pytest.raises(DivergenceError) as decentralized:
+        fedopt.run("prox-dsgt", LeastSquares(data, backend="numpy"), Zero(), rounds=100, lr=5.0, progress=False)
+    assert advised_steps(decentralized.value) == ["lr"]
+    game = BilinearGame(dim=6, backend="numpy")
+    with pytest.raises(DivergenceError) as vi:
+        fedopt.run("local-sgda", game, rounds=100, eval_every=10, local_steps=5, lr_local=0.5,
+                   x0=np.zeros(game.n_params), progress=False)
+    assert advised_steps(vi.value) == ["lr_local"]
+    with pytest.raises(DivergenceError) as server:
+        default_run(digits, 1e6)
+    assert advised_steps(server.value) == ["lr_local", "lr_server"]
 
 
 def test_nan_and_inf_still_stop_the_run_with_the_last_finite_history():

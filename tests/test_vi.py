@@ -107,6 +107,15 @@ def test_bad_problem_options_are_refused_by_name(make, message):
         make()
 
 
+@pytest.mark.parametrize("name", sorted(VI_PROBLEMS))
+def test_dtype_is_float64_or_float32_and_nothing_else(name):
+    assert small(name, dtype="float32").dtype == np.float32
+    assert small(name, dtype=np.float64).dtype == np.float64
+    for dtype in ("float16", "int32", np.uint8, "complex128", None, "not-a-dtype"):
+        with pytest.raises(ValueError, match=r"dtype must be 'float64' or 'float32', got"):
+            small(name, dtype=dtype)
+
+
 def test_oracles_check_shapes():
     problem = small("bilinear_game", n_clients=3)
     with pytest.raises(ValueError, match=r"W must have shape"):
