@@ -171,6 +171,24 @@ def test_sparse_and_uint8_storage():
     assert ds.X.dtype == np.float32
 
 
+@pytest.mark.parametrize("make", [
+    lambda X, y, **options: partition(X, y, 3, **options),
+    lambda X, y, **options: from_client_ids(X, y, np.arange(len(y)) % 3, **options),
+], ids=["partition", "from_client_ids"])
+def test_a_test_split_unlike_uint8_pixels_names_x_test(make):
+    # Prepare: uint8 training pixels kept raw
+    y = np.arange(60) % 3
+    pixels = np.random.default_rng(0).integers(0, 256, (60, 4)).astype(np.uint8)
+    # Execute / Assert: raw test pixels of another integer type are stored as uint8
+    ds = make(pixels, y, test=(pixels[:10].astype(np.int64), y[:10]), scale=1 / 255)
+    assert ds.X.dtype == ds.X_test.dtype == np.uint8
+    # test pixels already divided by 255, or sparse, are refused naming X_test, not a dtype never passed
+    for X_test in (pixels[:10] / 255, sp.csr_matrix(pixels[:10])):
+        with pytest.raises(ValueError, match=r"^X_test must be stored like X \(dense uint8 pixels 0\.\.255\); "
+                                             "scale both the same way"):
+            make(pixels, y, test=(X_test, y[:10]))
+
+
 @pytest.mark.parametrize("bad, match", [
     (lambda X, y: partition(np.where(np.arange(X.size).reshape(X.shape) == 7, np.nan, X), y, 3), "X contains NaN"),
     (lambda X, y: partition(X, np.where(np.arange(len(y)) == 3, np.inf, y + 0.5), 3), "y contains NaN or inf"),
@@ -182,6 +200,9 @@ def test_sparse_and_uint8_storage():
     (lambda X, y: partition(X, y + 0.5, 3, "dirichlet"), "needs class labels"),
     (lambda X, y: partition(X, y, 3, "dirichlet", alpha=-1), "alpha must be"),
     (lambda X, y: partition(X, y, 30, "dirichlet", alpha=1e-3, min_samples=2), "no Dirichlet"),
+    (lambda X, y: partition(X, y, 8, "dirichlet", alpha=1e-2, min_samples=-1, seed=0),
+     "min_samples must be an integer >= 1, got -1"),
+    (lambda X, y: partition(X, y, 3, "dirichlet", min_samples=0), "min_samples must be an integer >= 1, got 0"),
     (lambda X, y: partition(X, y, 3, "shards", shards_per_client=40),
      "shards_per_client=40 needs 120 shards .* use at most 1 clients"),
     (lambda X, y: partition(X, y, 3, "shards", shards_per_client=0), "shards_per_client must be an integer >= 1"),

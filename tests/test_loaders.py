@@ -150,6 +150,14 @@ def test_load_mnist_rejects_files_that_do_not_fit(tmp_path):
         load_mnist(tmp_path)
 
 
+def test_load_mnist_refuses_test_size_as_the_test_images_are_the_test_split(tmp_path):
+    write_mnist(tmp_path)
+    with pytest.raises(ValueError, match=r"^test_size does not apply to MNIST: its official test images "
+                                         r"\(t10k-images-idx3-ubyte\) are the test split; drop test_size"):
+        load_mnist(tmp_path, n_clients=5, test_size=0.1)
+    assert load_mnist(tmp_path, n_clients=5, test_size=None).X_test.shape == (12, 784)
+
+
 def test_missing_mnist_files_say_where_and_mention_download(tmp_path):
     write_mnist(tmp_path)
     (tmp_path / MNIST_FILES["test_labels"]).unlink()
@@ -257,6 +265,22 @@ def test_an_empty_svmlight_file_is_named(tmp_path, empty):
         tmp_path.joinpath(name).write_text("" if name == empty else SVMLIGHT_GOOD)
     with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / empty))} holds no samples"):
         load_svmlight(tmp_path / "train.svm", n_clients=1, test_path=tmp_path / "test.svm")
+
+
+def test_a9a_and_a_test_file_refuse_test_size(tmp_path):
+    # Prepare
+    train, test = tmp_path / "a9a", tmp_path / "a9a.t"
+    train.write_text(SVMLIGHT_GOOD * 2)
+    test.write_text(SVMLIGHT_GOOD)
+    # Execute / Assert: the test file is the test split
+    with pytest.raises(ValueError, match=r"^test_size does not apply to a9a: a9a\.t is the test split; drop test_size"):
+        load_a9a(tmp_path, n_clients=1, test_size=0.5)
+    with pytest.raises(ValueError, match=rf"^test_size does not apply to {re.escape(str(train))} with test_path: "
+                                         rf"{re.escape(str(test))} is the test split; drop test_size"):
+        load_svmlight(train, n_clients=1, test_path=test, test_size=0.5)
+    # without a test file, test_size holds out part of the training file
+    ds = load_svmlight(train, n_clients=1, test_size=0.5, seed=0)
+    assert ds.n_samples == 2 and ds.X_test.shape[0] == 2
 
 
 def test_a9a_with_one_label_is_not_a9a(tmp_path):

@@ -185,7 +185,8 @@ def load_mnist(path=None, n_clients: int = 10, partition: str = "sorted", *, see
     FileNotFoundError
         When files are missing and ``download`` is False; the message says where to put them.
     ValueError
-        When a file is not IDX or the files do not fit together.
+        When a file is not IDX or the files do not fit together, or when ``test_size`` is given:
+        the official test images are the test split.
     """
     return _load_idx_set("mnist", path, n_clients, partition, seed=seed, dtype=dtype, cache_dir=cache_dir,
                          download=download, **partition_options)
@@ -206,6 +207,8 @@ def load_fashion_mnist(path=None, n_clients: int = 10, partition: str = "sorted"
 def _load_idx_set(kind: str, path, n_clients: int, partition: str, *, seed, dtype, cache_dir, download: bool,
                   **partition_options):
     """The IDX image set ``kind`` of :data:`_IDX_SETS`, federated; see :func:`load_mnist`."""
+    title, test_images = _IDX_SETS[kind][0], MNIST_FILES["test_images"]
+    _refuse_test_size(partition_options, f"{title}: its official test images ({test_images}) are the test split")
     store, scale = _pixel_storage(dtype)
     files = _idx_set_files(kind, path, cache_dir, download)
     arrays = {role: read_idx(file) for role, file in files.items()}
@@ -214,6 +217,12 @@ def _load_idx_set(kind: str, path, n_clients: int, partition: str, *, seed, dtyp
     return split_among_clients(_as_pixels(X, store), y, n_clients, partition, seed=seed,
                                 test=(_as_pixels(X_test, store), y_test), dtype=store, scale=scale,
                                 **partition_options)
+
+
+def _refuse_test_size(partition_options: dict, why: str) -> None:
+    """Refuse ``test_size`` among the options of a loader whose test split is a file of its own."""
+    if partition_options.get("test_size") is not None:
+        raise ValueError(f"test_size does not apply to {why}; drop test_size")
 
 
 def _idx_set_files(kind: str, path=None, cache_dir=None, download: bool = False) -> dict:
@@ -349,8 +358,10 @@ def load_svmlight(path, n_clients: int = 10, partition: str = "iid", *, test_pat
     ------
     ValueError
         When a file is not LIBSVM/svmlight, or uses more than ``n_features`` features; the message
-        names the file.
+        names the file. Also when ``test_size`` is given with ``test_path``, whose file is the test split.
     """
+    if test_path is not None:
+        _refuse_test_size(partition_options, f"{path} with test_path: {test_path} is the test split")
     X, y, test = _read_svmlight(path, test_path, n_features, dense, zero_based)
     partition_options.setdefault("name", f"{Path(path).name}/{partition}/{n_clients}")
     return split_among_clients(X, y, n_clients, partition, seed=seed, test=test, **partition_options)
@@ -435,9 +446,11 @@ def load_a9a(path=None, n_clients: int = 10, partition: str = "iid", *, seed=0, 
     FileNotFoundError
         When a file is missing; the message says where to get it and where to put it.
     ValueError
-        When a file does not parse, or the files hold other than 123 features or labels other than
-        two classes.
+        When a file does not parse, uses a feature beyond the 123rd (files that use fewer are
+        padded to 123), or holds labels other than two classes; or when ``test_size`` is given, as
+        ``a9a.t`` is the test split.
     """
+    _refuse_test_size(partition_options, "a9a: a9a.t is the test split")
     files = _a9a_files(path, cache_dir, download)
     X, y, test = _read_svmlight(files["train"], files["test"], A9A_FEATURES, dense, zero_based=False)
     n_labels = len(np.unique(y))

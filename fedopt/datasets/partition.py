@@ -61,7 +61,9 @@ def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 
         * ``iid``: shuffle, then split into near-equal parts.
         * ``sorted``: stable sort by label (or target value), then contiguous non-overlapping blocks
           of near-equal size (FedNMap's heterogeneity). With at least as many clients as classes,
-          block boundaries move by the least needed so that no client holds more than two labels.
+          the boundaries are set left to right, each moved from its equal-block place only as far
+          as needed, given those before it, for no client to hold more than two labels (not
+          always the least total move).
         * ``dirichlet``: label skew; for each class ``c`` draw ``q_c ~ Dir(alpha * 1_n)`` and give
           client ``i`` the fraction ``q_c[i]`` of class ``c`` (FedCanon, DEPOSITUM). Redrawn until
           every client holds at least ``min_samples`` samples.
@@ -106,7 +108,7 @@ def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 
         X, codes, X_test, y_test = X[keep], codes[keep], X[held], codes[held]
         sample_weight = None if sample_weight is None else sample_weight[keep]
     elif test is not None:
-        X_test = _storage(check_features(test[0], "X_test"), X.dtype if not sp.issparse(X) else None)
+        X_test = _storage(check_features(test[0], "X_test"), X.dtype if not sp.issparse(X) else None, "X_test")
         y_test = _encode_like(test[1], classes)
     if n_clients > X.shape[0]:
         raise ValueError(f"n_clients={n_clients} is more than the {X.shape[0]} training samples; use fewer clients")
@@ -147,7 +149,7 @@ def from_client_ids(X, y, clients, *, test=None, dtype=None, scale: float = 1.0,
     offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(ids)))])
     X_test = y_test = None
     if test is not None:
-        X_test = _storage(check_features(test[0], "X_test"), X.dtype if not sp.issparse(X) else None)
+        X_test = _storage(check_features(test[0], "X_test"), X.dtype if not sp.issparse(X) else None, "X_test")
         y_test = _encode_like(test[1], classes)
     return FederatedDataset(X[rows], codes[rows], offsets, X_test, y_test, classes, scale,
                             name=name or f"given/{len(ids)}", info={"client_ids": ids},
@@ -177,15 +179,21 @@ def _client_owners(clients, n_samples: int):
         raise ValueError(f"clients must be ids of one sortable kind (integers or strings): {err}") from None
 
 
-def _storage(X, dtype):
-    """``X`` stored as ``dtype``; None keeps uint8 pixels and stores everything else as float64."""
+def _storage(X, dtype, name: str = "X"):
+    """``X`` stored as ``dtype``; None keeps uint8 pixels and stores everything else as float64.
+
+    Any ``name`` but ``"X"`` is a test split, stored like the training features ``X``."""
     if dtype is None:
         return X if X.dtype in (np.uint8, np.float64) else X.astype(np.float64)
     dtype = np.dtype(dtype)
     if dtype == np.uint8:
+        pixels = not sp.issparse(X) and (
+            X.dtype == np.uint8 or (np.all(np.round(X) == X) and X.min() >= 0 and X.max() <= 255))
+        if not pixels and name != "X":
+            raise ValueError(f"{name} must be stored like X (dense uint8 pixels 0..255); scale both the same way")
         if sp.issparse(X):
             raise ValueError("dtype='uint8' is for dense pixel data; sparse X is stored as float")
-        if X.dtype != np.uint8 and not (np.all(np.round(X) == X) and X.min() >= 0 and X.max() <= 255):
+        if not pixels:
             raise ValueError("dtype='uint8' needs integer features in 0..255 (raw pixels); pass dtype=None instead")
     elif dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype={dtype} is not a storage dtype; choose 'float64', 'float32' or 'uint8'")
@@ -226,13 +234,14 @@ def _equal_cuts(n_samples: int, n_clients: int) -> np.ndarray:
 
 
 def _label_aware_cuts(sorted_codes: np.ndarray, n_clients: int) -> np.ndarray:
-    """Cuts as close as possible to equal blocks such that each block spans at most two labels.
+    """Cuts near equal blocks such that each block spans at most two labels.
 
     A block spans at most two labels exactly when every label except the first and the last
     contains a cut (its closed range ``[start, end]``); a cut on the boundary of two labels is
     in both. Walking left to right, a cut never jumps past a label without a cut, and it moves
     forward only as far as needed for the cuts left, two labels each at most, to cover the
-    labels left. So equal cuts that already satisfy the rule are kept. Needs
+    labels left. So equal cuts that already satisfy the rule are kept; otherwise the choice is
+    greedy, cut by cut, and may move the cuts more in all than the fewest needed. Needs
     ``n_clients >= n_labels``.
     """
     n = len(sorted_codes)
@@ -261,6 +270,8 @@ def _dirichlet(codes, n_classes, n_clients, alpha, min_samples, rng, max_draws: 
     alpha = real("alpha", alpha, strict=True)
     if min_samples is None:
         min_samples = max(1, min(10, len(codes) // (4 * n_clients)))
+    else:
+        min_samples = count("min_samples", min_samples)
     by_class = [np.flatnonzero(codes == c) for c in range(n_classes)]
     for _ in range(max_draws):
         parts = [[] for _ in range(n_clients)]
