@@ -108,7 +108,9 @@ class Regularizer:
         """``phi`` of each row of the float64 host array ``x`` of shape ``(n, p)``.
 
         ``tol`` is the slack an indicator grants to points that a projection put on its border
-        (they are feasible only up to rounding in the input's precision).
+        (they are feasible only up to rounding in the input's precision): ``sqrt(eps)`` of that
+        precision, relative to a radius; ``tol ** 2 = eps`` is the rounding of one operation, which
+        the bounds and centers far from 0 add in proportion to their size.
         """
         raise NotImplementedError
 
@@ -127,7 +129,7 @@ class Regularizer:
     def value(self, x) -> float | np.ndarray:
         """``phi(x)`` for a vector, or the array of ``phi(x_i)`` for the rows of a batch."""
         host = np.asarray(x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x)
-        tol = float(np.sqrt(np.finfo(np.float32).eps)) if host.dtype == np.float32 else 1e-9
+        tol = float(np.sqrt(np.finfo(np.float32 if host.dtype == np.float32 else np.float64).eps))
         rows, single = _rows(host.astype(np.float64, copy=False))
         self._check_dimension(rows.shape[1])
         values = self._values(rows, tol)
@@ -469,7 +471,9 @@ class Box(Regularizer):
                 raise ValueError(f"{name} has length {len(bound)} but the vectors have p={p} coordinates")
 
     def _values(self, x, tol):
-        inside = (x >= np.asarray(self.lower) - tol) & (x <= np.asarray(self.upper) + tol)
+        # a clip in the input's precision rounds the bound, by half an ulp (eps/2 |bound|) at most
+        lower, upper = np.asarray(self.lower), np.asarray(self.upper)
+        inside = (x >= lower - tol - tol**2 * np.abs(lower)) & (x <= upper + tol + tol**2 * np.abs(upper))
         return np.where(inside.all(axis=1), 0.0, np.inf)
 
     def _elementwise(self, step, backend, dtype):
@@ -519,7 +523,8 @@ class L2Ball(Regularizer):
     def _values(self, x, tol):
         c = 0.0 if self.center is None else self.center
         norms = np.linalg.norm(x - c, axis=1)
-        return np.where(norms <= self.radius * (1 + tol), 0.0, np.inf)
+        # x - c carries the rounding of x and c in the input's precision: a few eps ||c||
+        return np.where(norms <= self.radius * (1 + tol) + 4 * tol**2 * np.linalg.norm(c), 0.0, np.inf)
 
     def _prox_rows(self, backend, z, step, out):
         center = (_empty(backend, z.dtype).reshape(0) if self.center is None

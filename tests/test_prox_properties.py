@@ -705,6 +705,77 @@ def test_float32_norms_beyond_float32s_range(backend):
 
 
 @EXTREME_BACKENDS
+@pytest.mark.parametrize("magnitude", [2e4, 1e6, 3e7], ids=["2e4", "1e6", "3e7"])
+def test_float32_projection_on_large_bounds_and_centers_is_in_the_set(backend, magnitude):
+    """A float32 projection on a box with large bounds, or on a ball with a large center, has a finite
+    value: the clip rounds a bound by up to half a float32 ulp (7.8e-4 at 2e4), and ``x - center``
+    carries the rounding of ``|center|``, both beyond an absolute slack of sqrt(eps32) = 3.45e-4, so
+    the slack grows with them. A point 1% of the magnitude outside is still outside."""
+    rng = np.random.default_rng(int(magnitude))
+    p = 6
+    lower = -magnitude * rng.uniform(0.5, 1, p) - 0.3  # bounds float32 cannot represent
+    upper = magnitude * rng.uniform(0.5, 1, p) + 0.3
+    for lo, hi in ((lower, upper), (-magnitude - 0.3, magnitude + 0.3)):
+        box = R.Box(lo, hi)
+        z = np.stack([np.broadcast_to(hi + 1.0, p), np.broadcast_to(lo - 1.0, p)]).astype(np.float32)
+        x = box.prox(z, 1.0, backend=backend)  # on the bounds
+        assert np.all(box.value(x) == 0), "a float32 point clipped to the box is outside it"
+        assert np.all(np.isinf(box.value(x + np.sign(x) * np.float32(0.01 * magnitude))))
+    center = (magnitude + 0.3) * rng.choice([-1.0, 1.0], p)
+    ball = R.L2Ball(1.0, center=center)
+    z = (center + 10 * rng.standard_normal((50, p))).astype(np.float32)
+    x = ball.prox(z, 1.0, backend=backend)
+    assert np.all(ball.value(x) == 0), "a float32 point projected on the ball is outside it"
+    assert np.all(np.isinf(ball.value(x + np.float32(0.01 * magnitude))))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_box_and_l2_ball_slack_stays_tight_for_small_magnitudes(dtype):
+    """Points just outside a box or ball of magnitude about 1 are outside by value() (the slack is
+    relative to the bounds and the center, never less tight than an absolute one)."""
+    beyond = 1e-3 if dtype == np.float32 else 1e-7
+    box = R.Box(-1.0, np.array([0.5, 1.0]))
+    assert box.value(np.array([0.5, 1.0], dtype=dtype)) == 0
+    assert box.value(np.array([0.5 + beyond, 1.0], dtype=dtype)) == np.inf
+    assert box.value(np.array([0.5, -1.0 - beyond], dtype=dtype)) == np.inf
+    ball = R.L2Ball(1.0, center=[0.5, -0.5])
+    assert ball.value(np.array([1.5, -0.5], dtype=dtype)) == 0
+    assert ball.value(np.array([1.5 + beyond, -0.5], dtype=dtype)) == np.inf
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_the_slack_of_a_far_ball_or_bound_is_its_rounding_not_a_share_of_its_size(dtype):
+    """A unit ball centered at 1e4 (or a bound at 1e4) grants a few eps * 1e4 (2e-3 in float32), so a point
+    0.05 beyond it is outside: a slack of sqrt(eps) * 1e4 (7.7 in float32) would take it in."""
+    center = np.full(5, 1e4)
+    ball, box = R.L2Ball(1.0, center=center), R.Box(-1e4, 1e4)
+    assert ball.value((center + np.array([1.05, 0, 0, 0, 0])).astype(dtype)) == np.inf
+    assert box.value(np.array([1e4 + 0.05, 0], dtype=dtype)) == np.inf
+    assert box.value(np.array([0, -1e4 - 0.05], dtype=dtype)) == np.inf
+
+
+def test_float32_run_on_a_large_box_bound_does_not_diverge():
+    """A float32 FedNMap run whose model sits on a box bound of 2e4 finishes like the float64 one: the
+    clipped point, half a float32 ulp (7.8e-4) outside the bound, had phi = inf and stopped the
+    run as diverged at round 3."""
+    import fedopt
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 3))
+    y = X @ np.array([5e4, -5e4, 1.0])
+    box = R.Box(-20000.3, 20000.3)
+    results = {}
+    for dtype in ("float64", "float32"):
+        problem = fedopt.problems.LeastSquares(fedopt.datasets.partition(X, y, 4, "iid", seed=0, dtype=dtype))
+        results[dtype] = fedopt.run("fednmap", problem, box, rounds=50, seed=0, local_steps=2, lr_local=0.1,
+                                    gamma=1.0, batch_size=None, progress=False)
+    x32, x64 = results["float32"].x, results["float64"].x
+    assert np.isfinite(results["float32"].history["objective"]).all()
+    np.testing.assert_allclose(x32, x64, rtol=1e-5)
+    np.testing.assert_allclose(x32[:2], [20000.3, -20000.3], rtol=1e-6)
+
+
+@EXTREME_BACKENDS
 @pytest.mark.parametrize("groups", [4, np.array([1, 0, 1, 0])], ids=["one-group", "interleaved-groups"])
 def test_group_lasso_of_tiny_and_huge_entries(backend, groups):
     """``lam = 0`` is the identity, and ``lam * w << ||z_g||`` barely moves a group, even for tiny
