@@ -130,8 +130,7 @@ def test_a_grid_axis_or_set_on_a_shared_hyperparameter_wins_over_per_method_tabl
     assert steps == {(1, 1), (2, 2)} and len({s.key for s in specs}) == 8
     fixed = tiny(PER_METHOD, **{"algorithm.local_steps": 5}).expand()
     assert {s.config["algorithm"]["local_steps"] for s in fixed} == {5}
-    one_method = PER_METHOD.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.local_steps" = [1, 2]\n'
-                                    '"algorithm.fednmap.local_steps" = [4]')
+    one_method = PER_METHOD.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.fednmap.local_steps" = [4]')
     assert {s.config["algorithm"]["local_steps"] for s in tiny(one_method).expand()} == {4}  # the axis for one method
     assert "algorithm.fednmap.local_steps" not in tiny(one_method, **{"algorithm.local_steps": 5}).grids[0].axes
 
@@ -145,6 +144,45 @@ def test_a_grid_axis_or_set_on_a_shared_hyperparameter_wins_over_per_method_tabl
     for overrides in ({"algorithm.gamma": 0.1, "algorithm.feddr.gamma": 0.5},
                       {"algorithm.feddr.gamma": 0.5, "algorithm.gamma": 0.1}):  # one method's --set wins, in any order
         assert gammas(**overrides)["feddr"] == 0.5 and gammas(**overrides)["fedadmm"] == 0.1
+
+
+TWO_METHODS = TINY.replace('"dataset.n_clients" = [4, 8]', '"algorithm.name" = ["fednmap", "zhang"]').replace(
+    'slope = "dataset.n_clients"', 'lines = "algorithm.name"')
+
+
+def test_a_per_method_axis_beside_the_shared_axis_is_refused():
+    """The per-method axis would win for its method, whose points the shared axis would label by values not run."""
+    for value in ("[4]", "4"):
+        both = TINY.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.local_steps" = [1, 2]\n'
+                            f'"algorithm.fednmap.local_steps" = {value}')
+        with pytest.raises(ConfigError, match=r"key 'algorithm\.fednmap\.local_steps': varies local_steps of fednmap, "
+                                              r"which overrides this grid's axis \"algorithm\.local_steps\""):
+            tiny(both)
+    two = TWO_METHODS.replace('"algorithm.local_steps" = [1, 2]', '"algorithm.local_steps" = [1, 2]\n'
+                              '"algorithm.zhang.local_steps" = [4]')
+    with pytest.raises(ConfigError, match=r"varies local_steps of zhang, which overrides this grid's axis"):
+        tiny(two)
+
+
+def test_set_on_one_method_drops_or_refuses_a_shared_axis():
+    """``--set algorithm.METHOD.key`` wins over the axis "algorithm.key": it drops the axis when it fixes every
+    method of the grid that has the key, and is refused when the axis would still label the others."""
+    exp = tiny(**{"algorithm.fednmap.local_steps": 3})
+    specs = exp.expand()
+    assert "algorithm.local_steps" not in exp.grids[0].axes and exp.grids[0].varied == ["dataset.n_clients"]
+    assert {s.config["algorithm"]["local_steps"] for s in specs} == {3} and len({s.key for s in specs}) == 4
+    assert all("algorithm.local_steps" not in s.labels for s in specs)
+    for fixed in ({"algorithm.fednmap.local_steps": 3}, {"algorithm.fednmap": {"local_steps": 3}}):
+        with pytest.raises(ConfigError, match=r"^--set algorithm\.fednmap(\.local_steps)?: fixes local_steps of "
+                                              r"fednmap, which grid 'speedup' varies \(\"algorithm\.local_steps\"\) "
+                                              r"for zhang too: .*--set algorithm\.local_steps="):
+            tiny(TWO_METHODS, **fixed)
+    both = tiny(TWO_METHODS, **{"algorithm.fednmap.local_steps": 3, "algorithm.zhang.local_steps": 5})
+    assert both.grids[0].varied == ["algorithm.name"]
+    assert {(s.config["algorithm"]["name"], s.config["algorithm"]["local_steps"]) for s in both.expand()} == \
+        {("fednmap", 3), ("zhang", 5)}
+    other = tiny(TWO_METHODS, **{"algorithm.fednmap": {"lr_local": 0.1}})  # leaves local_steps to the axis
+    assert other.grids[0].axes["algorithm.local_steps"] == [1, 2]
 
 
 def test_hyperparameters_of_a_method_that_never_runs_are_refused():

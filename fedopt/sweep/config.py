@@ -69,9 +69,12 @@ one for a method that the experiment never runs is refused, and so is a grid axi
 ``"algorithm.METHOD.key"`` in a grid that does not run METHOD. From the weakest to the strongest:
 ``[run.algorithm]``, ``[run.algorithm.METHOD]``, a grid axis on the shared key (``"algorithm.local_steps"
 = [1, 2, 4]`` varies it for every method, those with a per-method value included), a grid axis
-``"algorithm.METHOD.key"``. ``--set algorithm.key=...`` fixes the key for every method that has it
+``"algorithm.METHOD.key"``. A grid does not hold both axes for a method it runs: the shared one would
+label identical runs differently. ``--set algorithm.key=...`` fixes the key for every method that has it
 and drops the axes on it (``--set algorithm.gamma=0.1`` sets FedDR's and FedADMM's gamma in
-``depositum_baselines``); ``--set algorithm.METHOD.key=...`` fixes one method's, whatever the order.
+``depositum_baselines``); ``--set algorithm.METHOD.key=...`` fixes one method's, whatever the order,
+and drops a grid's axis on the shared key when it fixes the key for every method of that grid that
+has it (it is refused when it fixes only some of them).
 
 **Expressions.** A numeric hyperparameter, regularizer parameter, ``metric_gamma``, ``rounds`` or
 ``eval_every`` (these two must give whole numbers) may be a
@@ -572,7 +575,14 @@ class Experiment:
             everywhere |= runs
             for key in list(grid.axes):
                 section, method, name = [*key.split("."), "", ""][:3]
-                if not (section == "algorithm" and name and method in algorithms.available()) or method in runs:
+                if not (section == "algorithm" and name and method in algorithms.available()):
+                    continue
+                if method in runs:
+                    if f"algorithm.{name}" in grid.axes:  # this axis wins: for method, the shared one varies nothing
+                        raise self.error(f"varies {name} of {method}, which overrides this grid's axis "
+                                         f"\"algorithm.{name}\" for {method}: its points would label identical runs "
+                                         f"differently; remove one of the two axes, or put them in separate grids",
+                                         f"grid[{grid.index}].{key}")
                     continue
                 if assigned:
                     del grid.axes[key]
@@ -828,7 +838,8 @@ class Experiment:
 
         A path naming a whole table (``"algorithm"`` with a dict value) replaces that table and drops
         every grid axis inside it: a new method starts from its own defaults. ``origin`` names where
-        the values came from in error messages (``--set``, ``--algorithm``, ...).
+        the values came from in error messages (``--set``, ``--algorithm``, ...). A grid axis on a shared
+        hyperparameter is dropped too when per-method paths fix it for every method of the grid that has it.
         """
         exp = copy.deepcopy(self)
         for key, value in assignments.items():
@@ -851,7 +862,31 @@ class Experiment:
             exp.overrides[key] = value
             exp.origins[key] = label
         exp._check_per_method(assigned=True)
+        exp._drop_axes_fixed_per_method()
         return exp
+
+    def _drop_axes_fixed_per_method(self):
+        """Drop a grid axis ``"algorithm.key"`` that ``--set algorithm.METHOD.key`` fixed for every method of the
+        grid that has ``key`` (as ``--set algorithm.key`` drops it); refuse one that it fixed for some of them only,
+        whose points would be labelled by values those methods did not run."""
+        from fedopt import algorithms
+
+        tables = self.run.get("algorithm", {})
+        for grid in self.grids:
+            methods = self._methods(grid)
+            for axis in [k for k in grid.axes if _shared_key(k)]:
+                name = axis.removeprefix("algorithm.")
+                having = {m for m in methods if name in algorithms.hyperparameters(m)}
+                fixed = {m for m in having if isinstance(tables.get(m), dict) and name in tables[m]
+                         and self._overridden(f"algorithm.{m}.{name}")}  # the values that expand keeps
+                if fixed == having and fixed:
+                    del grid.axes[axis]
+                elif fixed:
+                    ones, others = ", ".join(sorted(fixed)), ", ".join(sorted(having - fixed))
+                    raise self.error(f"fixes {name} of {ones}, which grid {grid.name!r} varies (\"{axis}\") for "
+                                     f"{others} too: the points of {ones} would be labelled by values they did not "
+                                     f"run; fix {name} for every method (--set {axis}=...) or for {others} as well "
+                                     f"(--set algorithm.METHOD.{name}=...)", f"run.algorithm.{min(fixed)}.{name}")
 
     def shortened(self, rounds: int = 2, seeds: int = 1, values: int = 2) -> Experiment:
         """A small version for tests and smoke runs: ``rounds`` rounds, the first ``seeds`` seeds and
