@@ -337,6 +337,78 @@ name = "gammas"
     assert len({(r["algorithm.gamma"], r["regularizer.gamma"], r["n_clients"]) for r in rows}) == 8
 
 
+MCP = TOML.replace('name = "elasticnet"\nl1 = 1e-3\nl2 = 2e-2', 'name = "mcp"\nlam = 1e-3\ngamma = 3.0')
+
+
+def test_single_valued_axes_that_share_a_short_name_keep_a_column_each_in_the_summary(tmp_path):
+    text = MCP[:MCP.index("[[grid]]")] + """
+[[grid]]
+name = "fixed"
+"algorithm.gamma" = [2.0]
+"regularizer.gamma" = [5.0]
+"dataset.n_clients" = [4, 8]
+
+[[grid]]
+name = "regularizer"
+"regularizer.gamma" = [4.0, 6.0]
+"""
+    exp = sweep.parse_experiment(text, source="tiny.toml", name="tiny")
+    with sweep.Store(tmp_path / "s.db") as store:
+        fill(store, exp)
+    rep.report(tmp_path / "s.db", out=tmp_path / "out", plots=False, stream=io.StringIO())
+    with open(tmp_path / "out" / "tiny" / "summary.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {"algorithm.gamma", "regularizer.gamma", "n_clients"} <= set(rows[0]) and "gamma" not in rows[0]
+    # one column an axis across the grids of the sweep, the other grid's axis left empty
+    assert [(r["grid"], r["algorithm.gamma"], r["regularizer.gamma"], r["n_clients"]) for r in rows] == [
+        ("fixed", "2.0", "5.0", "4"), ("fixed", "2.0", "5.0", "8"), ("regularizer", "", "4.0", ""),
+        ("regularizer", "", "6.0", "")]
+
+
+def test_the_lines_of_a_figure_on_a_single_valued_axis_name_the_panels_axes_in_full(tmp_path, drawn):
+    text = MCP[:MCP.index("[[grid]]")] + """
+[[grid]]
+name = "gammas"
+"algorithm.gamma" = [2.0, 1.0]
+"regularizer.gamma" = [5.0]
+lines = "regularizer.gamma"
+"""
+    exp = sweep.parse_experiment(text, source="tiny.toml", name="tiny")
+    with sweep.Store(tmp_path / "s.db") as store:
+        fill(store, exp)
+    rep.report(tmp_path / "s.db", out=tmp_path / "out", stream=io.StringIO())
+    axes = drawn[0].axes
+    assert [ax.get_title() for ax in axes] == ["algorithm.gamma = 2", "algorithm.gamma = 1"]
+    assert {text.get_text() for ax in axes for text in ax.get_legend().get_texts()} == {"regularizer.gamma = 5"}
+
+
+def test_the_export_of_a_sweep_names_the_grid_point_of_each_row(tmp_path):
+    # lr_local = "alpha / Q" (Q = 1) at alpha = 0.05 computes the run of lr_local = 0.05: two points, one run
+    grid = '"params.alpha" = [0.05, 0.1]\n"algorithm.lr_local" = [0.05, "alpha / Q"]\n"algorithm.local_steps" = [1]'
+    text = TOML.replace('"dataset.n_clients" = [4]', grid)
+    other = sweep.parse_experiment(MCP.replace('name = "tiny"', 'name = "other"'), source="o.toml", name="other")
+    with sweep.Store(tmp_path / "s.db") as store:
+        ids = [fill(store, sweep.parse_experiment(text, source="tiny.toml", name="tiny")), fill(store, other)]
+    path = rep.export(tmp_path / "s.db", tmp_path / "rows.csv", sweep=ids)
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = [r for r in csv.DictReader(handle) if (r["experiment"], r["grid"]) == ("tiny", "again")]
+    columns = list(rows[0])
+    points = {(r["point.params.alpha"], r["point.algorithm.lr_local"]) for r in rows}
+    assert points == {("0.05", "0.05"), ("0.05", "alpha / Q"), ("0.1", "0.05"), ("0.1", "alpha / Q")}
+    assert len({tuple(r.values()) for r in rows}) == len(rows) == 4 * 2 * 3  # grid points x seeds x rounds
+    # after every configuration column of both experiments (mcp's gamma, elasticnet's l1), before the history
+    first = min(columns.index(c) for c in columns if c.startswith("point."))
+    assert max(columns.index(c) for c in ("regularizer.gamma", "regularizer.l1")) < first
+    assert all(c.startswith("point.") for c in columns[first:columns.index("round")])
+    parquet = pytest.importorskip("pyarrow.parquet")
+    import pyarrow
+
+    table = parquet.read_table(rep.export(tmp_path / "s.db", tmp_path / "rows.parquet", sweep=ids[0]))
+    assert table.column_names == [c for c in columns if c not in ("regularizer.lam", "regularizer.gamma")]
+    assert table.schema.field("point.params.alpha").type == pyarrow.float64()
+    assert set(table.column("point.algorithm.lr_local").to_pylist()) == {"0.05", "alpha / Q", None}
+
+
 def test_the_curves_of_a_grid_are_on_a_log_axis_only_for_a_log_scaled_metric(tmp_path, drawn):
     exp = sweep.parse_experiment(TOML.replace('name = "again"', 'name = "again"\nmetric = "test_accuracy"'),
                                  source="tiny.toml", name="tiny")

@@ -431,6 +431,28 @@ def test_records_give_one_row_per_run_and_round(tmp_path):
         assert len(every) == 6 and "sweep" not in every[0] and every[0]["experiment"] == "tiny"
 
 
+def test_records_of_a_sweep_name_the_grid_point_of_each_row(tmp_path):
+    # lr_local = "alpha / Q" with Q = 2 computes the run of lr_local = 0.05 at alpha = 0.1: three points, one run a seed
+    text = TINY.replace('"dataset.n_clients" = [4, 8]', '"params.alpha" = [0.1, 0.2]\n'
+                        '"algorithm.lr_local" = [0.05, "alpha / Q"]')
+    exp = sweep.parse_experiment(text, source="tiny.toml", name="tiny")
+    specs = exp.expand()
+    with Store(tmp_path / "s.db") as store:
+        store.register(exp, specs)
+        fill(store, specs)
+        rows = list(store.records("tiny"))
+        every = list(store.records())
+    assert len({s.key for s in specs}) == 4 and len(rows) == 4 * 2 * 2  # grid points x seeds x rounds
+    points = [(r["point.params.alpha"], r["point.algorithm.lr_local"], r["seed"], r["round"]) for r in rows]
+    assert len(set(points)) == len(rows) and "point.seed" not in rows[0]
+    assert {p[:2] for p in points} == {(0.1, 0.05), (0.1, "alpha / Q"), (0.2, 0.05), (0.2, "alpha / Q")}
+    columns = list(rows[0])
+    config = [c for c in columns if "." in c and not c.startswith("point.")]
+    assert max(map(columns.index, config)) < columns.index("point.params.alpha") < columns.index("round")
+    # every stored run once: no single grid point to name
+    assert len(every) == 4 * 2 and not any(c.startswith("point.") for c in every[0])
+
+
 def test_to_pandas_is_a_tidy_frame(tmp_path):
     pd = pytest.importorskip("pandas")
     exp, specs = tiny(), tiny().expand()

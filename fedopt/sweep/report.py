@@ -46,7 +46,7 @@ stationarity against the slope axis on log-log axes, the seeds, their mean and t
 
 :func:`export` writes the runs as data, one row per run per evaluated round (CSV, or Parquet
 with pyarrow), for plotting with other tools; ``fedopt report --csv`` writes the runs of the sweeps
-it reported, each row naming its sweep.
+it reported, each row naming its sweep and grid point.
 """
 
 from __future__ import annotations
@@ -442,6 +442,9 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
     folder = out / item["experiment"]
     folder.mkdir(parents=True, exist_ok=True)
     csv_rows = []
+    # summary.csv names every axis of every grid (the single-valued ones too) in one header, so a short name
+    # is used only where no other axis of the sweep shares it
+    names = list(dict.fromkeys(k for m in members for k in m["labels"] if k != "seed"))
     for grid_name, points in _group(members).items():
         grid = grids.get(grid_name, {"name": grid_name, "varied": [], "axes": {}})
         axes = grid.get("varied") or []
@@ -456,7 +459,7 @@ def _report_sweep(db, item, siblings, out, figure_module, say, result) -> None:
         if rose:
             say(f"   {rose}")
         for point, st in rows:
-            csv_rows.append({"grid": grid_name, **{_short(k, axes): v for k, v in point.items()}, **st})
+            csv_rows.append({"grid": grid_name, **{_short(k, names): v for k, v in point.items()}, **st})
         slopes, unfitted = _slopes(item["experiment"], grid, rows, caution)
         for slope in slopes:
             result["slopes"].append(slope)
@@ -579,10 +582,12 @@ def export(store, path, sweep: str | list[str] | None = None) -> Path:
     id prefix or experiment name, or a list of them: the ``sweeps`` of a :func:`report`) limits the
     rows to the runs of those sweeps; default every stored run.
     Columns: the run (``sweep`` when ``sweep`` is given, ``experiment``, ``grid``, ``key``, ``status``,
-    ``seed``), every configuration field (``algorithm.lr_local``, ...), then the history (``round``,
-    ``stationarity``, ...).
+    ``seed``), every configuration field (``algorithm.lr_local``, ...), when ``sweep`` is given the grid
+    point (``point.params.alpha``, ... : each axis of the run's grid as written), then the history
+    (``round``, ``stationarity``, ...). In Parquet, a column whose values are of several kinds (a grid
+    point written ``0.05`` beside ``"alpha / Q"``) is text, as in the CSV.
     """
-    from fedopt.sweep.store import Store
+    from fedopt.sweep.store import Store, head_columns
 
     path = check_export(path)
     kind = path.suffix.lower()
@@ -595,12 +600,12 @@ def export(store, path, sweep: str | list[str] | None = None) -> Path:
         if own:
             db.close()
     head, history = {}, {}
-    for row in rows:  # run and configuration columns first, then the history from "round" on
+    for row in rows:  # run, configuration and grid-point columns first, then the history from "round" on
         keys = list(row)
         split = keys.index("round") if "round" in keys else len(keys)
         head.update(dict.fromkeys(keys[:split]))
         history.update(dict.fromkeys(keys[split:]))
-    columns = list(head) + [c for c in history if c not in head]
+    columns = head_columns(head) + [c for c in history if c not in head]
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == ".csv":
         _write_csv(path, rows, columns)
@@ -608,9 +613,17 @@ def export(store, path, sweep: str | list[str] | None = None) -> Path:
         import pyarrow
         import pyarrow.parquet
 
-        table = pyarrow.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
-        pyarrow.parquet.write_table(table, path)
+        arrays = [_arrow_column(pyarrow, [row.get(c) for row in rows]) for c in columns]
+        pyarrow.parquet.write_table(pyarrow.Table.from_arrays(arrays, names=columns), path)
     return path
+
+
+def _arrow_column(pyarrow, values):
+    """``values`` as a pyarrow array, of text (``str`` of each value, as the CSV writes it) when they mix kinds."""
+    try:
+        return pyarrow.array(values)
+    except (pyarrow.ArrowInvalid, pyarrow.ArrowTypeError):
+        return pyarrow.array([None if v is None else str(v) for v in values], pyarrow.string())
 
 
 def check_export(path) -> Path:
@@ -670,6 +683,7 @@ def _plot_curves(Figure, path, experiment, grid, points, y, x, log, footer):
     lines_axis = grid.get("lines") or ("algorithm.name" if "algorithm.name" in varied else
                                       (varied[0] if varied else None))
     panel_axes = [a for a in varied if a != lines_axis]
+    named = [*varied, lines_axis] if lines_axis else varied  # ``lines`` may name a single-valued axis
     panels: dict = {}
     for point_json, runs in points.items():
         point = json.loads(point_json)
@@ -690,7 +704,7 @@ def _plot_curves(Figure, path, experiment, grid, points, y, x, log, footer):
             length = min(len(c["round"]) for c in curves)
             xs = np.array([c[x][:length] for c in curves], dtype=float).mean(0)
             values = np.array([c[y][:length] for c in curves], dtype=float)
-            legend = (f"{_short(lines_axis, varied)} = {_fmt(point.get(lines_axis))}" if lines_axis else
+            legend = (f"{_short(lines_axis, named)} = {_fmt(point.get(lines_axis))}" if lines_axis else
                       "mean over seeds")
             (line,) = ax.plot(xs, values.mean(0), label=legend, lw=1.5)
             if len(curves) > 1:
@@ -700,7 +714,7 @@ def _plot_curves(Figure, path, experiment, grid, points, y, x, log, footer):
         ax.set_xlabel(AXIS_LABELS.get(x, x))
         ax.set_ylabel(metric_label(y, tex=True))
         setting = json.loads(panel)
-        title = ", ".join(f"{_short(a, varied)} = {_fmt(v)}" for a, v in setting.items())
+        title = ", ".join(f"{_short(a, named)} = {_fmt(v)}" for a, v in setting.items())
         ax.set_title(title or grid.get("title") or "", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:

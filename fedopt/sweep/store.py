@@ -55,6 +55,8 @@ SCHEMA_VERSION = 2
 STATUSES = ("done", "diverged", "failed")
 FINAL_COLUMNS = ("stationarity", "normal_map", "objective", "test_accuracy", "nnz", "hoyer", "grad_evals",
                  "prox_evals", "floats_up", "floats_down")
+#: The prefix of the columns of :meth:`Store.records` naming a run's grid point (``point.params.alpha``).
+POINT = "point."
 #: What a schema-1 sweep records instead of its overrides, which that schema did not keep.
 UNRECORDED = {"unrecorded": "stored by a fedopt that did not record overrides"}
 
@@ -235,6 +237,13 @@ def _flatten(table: dict, prefix: str = "") -> dict:
         else:
             out[prefix + name] = value
     return out
+
+
+def head_columns(columns) -> list[str]:
+    """The run and configuration columns of ``columns`` (first seen first), then the grid-point columns: the runs
+    of another method or sweep bring configuration fields of their own after the first run's point columns."""
+    columns = list(columns)
+    return [c for c in columns if not c.startswith(POINT)] + [c for c in columns if c.startswith(POINT)]
 
 
 def _column_order(column: str):
@@ -680,10 +689,14 @@ class Store:
         """One flat dict per stored run per evaluated round, for :meth:`to_pandas` or plotting by hand.
 
         Keys: ``sweep`` (when ``ref`` is given), ``experiment``, ``grid``, ``key``, ``status``, ``seed``, every
-        configuration field with dotted names (``algorithm.lr_local``, ``dataset.n_clients``, ...), then the
-        history columns (``round``, ``stationarity``, ...). With ``ref`` (a sweep id, prefix or experiment name)
-        the stored runs of that sweep, one per grid point; without it, every stored run once, named by the
-        latest sweep listing it. A run without history (failed before round 0) gives one dict without metrics.
+        configuration field with dotted names (``algorithm.lr_local``, ``dataset.n_clients``, ...), with ``ref``
+        the grid point (``point.`` and each axis of the grid, its value as written: ``point.params.alpha``,
+        ``point.algorithm.lr_local`` = ``"alpha / Q"``), then the history columns (``round``, ``stationarity``,
+        ...). With ``ref`` (a sweep id, prefix or experiment name) the stored runs of that sweep, one per grid
+        point: two points computing the same run repeat its rows, told apart by their ``point.`` keys. Without
+        it, every stored run once, named by the latest sweep listing it, without ``point.`` keys (a run shared by
+        grid points has no one point). A run without history (failed before round 0) gives one dict without
+        metrics.
         """
         for head, metrics in self._tidy(ref):
             if not metrics:
@@ -697,9 +710,9 @@ class Store:
             if ref is not None:
                 sweep = self._resolve(ref)
                 rows = self._db.execute(
-                    "SELECT ? AS sweep, s.experiment, m.grid, r.key, r.status, r.config, r.history FROM members m "
-                    "JOIN sweeps s ON s.id = m.sweep JOIN runs r ON r.key = m.key WHERE m.sweep = ? "
-                    "ORDER BY m.position", (sweep, sweep))
+                    "SELECT ? AS sweep, s.experiment, m.grid, m.labels, r.key, r.status, r.config, r.history "
+                    "FROM members m JOIN sweeps s ON s.id = m.sweep JOIN runs r ON r.key = m.key "
+                    "WHERE m.sweep = ? ORDER BY m.position", (sweep, sweep))
             else:
                 rows = self._db.execute(
                     "SELECT s.experiment, m.grid, r.key, r.status, r.config, r.history FROM runs r "
@@ -712,6 +725,8 @@ class Store:
                 head.update(experiment=r["experiment"], grid=r["grid"], key=r["key"], status=r["status"],
                             seed=config.pop("seed", None))
                 head.update(config)
+                if ref is not None:
+                    head.update({POINT + k: v for k, v in json.loads(r["labels"]).items() if k != "seed"})
                 history = json.loads(r["history"]) if r["history"] else {}
                 history = {c: history[c] for c in sorted(history, key=_column_order)}
                 length = max((len(v) for v in history.values()), default=0)
@@ -722,19 +737,20 @@ class Store:
 
     def to_pandas(self, ref: str | None = None):
         """The runs as a tidy :class:`pandas.DataFrame`: one row per run per evaluated round (see :meth:`records`),
-        configuration columns first and history columns last; metrics are NaN for a run without history."""
+        configuration columns first, then the grid point (with ``ref``), history columns last; metrics are NaN
+        for a run without history."""
         try:
             import pandas as pd
         except ImportError:
             raise ImportError("Store.to_pandas needs pandas: pip install pandas "
                               "(Store.records gives the same rows as plain dicts)") from None
-        rows, head_columns, history_columns = [], {}, {"round": None}
+        rows, heads, history_columns = [], {}, {"round": None}
         for head, metrics in self._tidy(ref):
-            head_columns.update(dict.fromkeys(head))
+            heads.update(dict.fromkeys(head))
             for row in metrics or [{}]:
                 history_columns.update(dict.fromkeys(row))
                 rows.append({**head, **row})
-        columns = list(head_columns) + [c for c in history_columns if c not in head_columns]
+        columns = head_columns(heads) + [c for c in history_columns if c not in heads]
         if not rows:
             columns = ["sweep"] * (ref is not None) + ["experiment", "grid", "key", "status", "seed", "round"]
         return pd.DataFrame(rows, columns=columns)
