@@ -294,8 +294,7 @@ def test_tracking_steps_with_per_row_parameters(dtype, parallel, cpu_variant):
 # ------------------------------------------------------------------------------ the GPU local steps
 if importlib.util.find_spec("numba.cuda") is not None:
     from numba import cuda
-
-    from tests.test_gpu_local_steps import NO_CUDA, fast_simulator  # noqa: F401  (a fixture)
+    from test_gpu_local_steps import NO_CUDA, fast_simulator  # noqa: F401  (a fixture)
 
     gpu_case = pytest.mark.skipif(not cuda.is_available(), reason=NO_CUDA)
 else:

@@ -13,9 +13,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from test_sweep import TINY, finals, tiny
 
 from fedopt import sweep
-from tests.test_sweep import TINY, finals, tiny
 
 #: 24 runs of a few tenths of a second each.
 SLOWER = TINY.replace("rounds = 4", "rounds = 60").replace("seeds = [0, 1]", "seeds = [0, 1, 2, 3, 4, 5]")
