@@ -57,6 +57,11 @@ def classification(n=300, d=10, n_classes=2, seed=1):
     return X, y, clients
 
 
+def standardized(X, y, clients):
+    """``(X, y, clients)`` with standardized features and targets, the scale that a network's steps assume."""
+    return (X - X.mean(axis=0)) / X.std(axis=0), (y - y.mean()) / y.std(), clients
+
+
 def lasso_objective(X, y, coef, intercept, alpha):
     return 0.5 * np.mean((y - X @ coef - intercept) ** 2) + alpha * np.abs(coef).sum()
 
@@ -233,6 +238,25 @@ def test_tol_stops_early_and_max_rounds_warns():
     with pytest.warns(ConvergenceWarning, match="did not converge in max_rounds=3 rounds"):
         est = FederatedLasso(0.1, max_rounds=3, tol=1e-30).fit(X, y)
     assert est.n_rounds_ == 3
+
+
+@pytest.mark.parametrize("make, data", [
+    (lambda: FederatedMLPClassifier(hidden_layer_size=8, n_clients=4), classification),
+    (lambda: FederatedMLPRegressor(hidden_layer_size=8, n_clients=4), lambda: standardized(*regression())),
+    (lambda: FederatedSparseRegressor(0.1, n_clients=4), regression),
+    (lambda: FederatedSparseRegressor(0.1, penalty="scad", n_clients=4), regression),
+], ids=["mlp-classifier", "mlp-regressor", "mcp", "scad"])
+def test_a_warm_refit_of_a_converged_model_stops_within_a_few_rounds(make, data):
+    # relative stationarity is measured from where a fit from scratch starts, a warm fit's too: measured
+    # from its own start at the converged model, the refit would run to max_rounds (the MLPs) or 3x the rounds
+    X, y, _ = data()
+    est = make().set_params(warm_start=True, random_state=0).fit(X, y)
+    scale = est.history_["stationarity"][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est.fit(X, y)
+    assert est.n_iter_ <= est.eval_every
+    assert est.history_["stationarity"][-1] <= est.tol * scale
 
 
 @pytest.mark.parametrize("method", ["fedcanon", "fedavg", "fedmid", "fedda"])
@@ -532,6 +556,14 @@ def test_label_partitions_are_refused_for_regressors_and_name_n_clients_for_clas
     with pytest.raises(ValueError, match=f"partition='{partition}' .*n_clients=50.* use .*partition='iid'") as caught:
         FederatedLogisticRegression(partition=partition, n_clients=50).fit(X, y)
     assert "shards_per_client" not in str(caught.value) and "alpha" not in str(caught.value)
+
+
+@pytest.mark.parametrize("partition", ["dirichlet", "shards"])
+def test_a_regressor_given_clients_fits_whatever_its_partition_as_the_message_offers(partition):
+    X, y, clients = regression()
+    given = FederatedLasso(0.1, partition=partition, random_state=0).fit(X, y, clients=clients)
+    iid = FederatedLasso(0.1, random_state=0).fit(X, y, clients=clients)
+    np.testing.assert_array_equal(given.coef_, iid.coef_)  # the clients are the federation: no partition is made
 
 
 def test_estimators_module_loads_lazily():

@@ -20,8 +20,8 @@ n_samples`` for least squares, as scikit-learn's ``Lasso``); the gap bounds the 
 objective to its minimum. Where no gap exists (the MLPs, MCP and SCAD, which are nonconvex, and
 ``alpha = 0``) the rule is relative stationarity: the squared natural-map residual
 ``||F_nat(x)||^2`` (the history's ``stationarity``, with the prox parameter ``gamma``) at most
-``tol`` times its value at the initial model (for the linear models, or its rounding level where
-that is larger). Ending ``max_rounds`` rounds first warns with
+``tol`` times its value at the initial model of a fit from scratch, a warm start's too (for the
+linear models, or its rounding level where that is larger). Ending ``max_rounds`` rounds first warns with
 :class:`~sklearn.exceptions.ConvergenceWarning`. With minibatches (``batch_size`` set) the
 method stalls at a noise floor, so a small ``tol`` is then rarely reached.
 

@@ -69,10 +69,6 @@ class _FederatedEstimator(BaseEstimator):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.partition not in PARTITIONS:
             raise ValueError(f"partition must be one of {', '.join(map(repr, PARTITIONS))}, got {self.partition!r}")
-        if self.partition in LABEL_PARTITIONS and isinstance(self, RegressorMixin):
-            raise ValueError(f"partition={self.partition!r} splits the samples by class label, and a regressor's "
-                             f"targets have none: {type(self).__name__} takes partition='iid' or 'sorted', or "
-                             "fit(X, y, clients=ids)")
         if self.client_weights not in WEIGHTS:
             raise ValueError(f"client_weights must be one of {', '.join(map(repr, WEIGHTS))}, "
                              f"got {self.client_weights!r}")
@@ -137,6 +133,11 @@ class _FederatedEstimator(BaseEstimator):
 
     def _partition(self, X, y, task, seed, dtype, sample_weight):
         """The configured ``partition`` of ``n_clients`` clients (at most one per sample on tiny data)."""
+        # checked here, not with the parameters: a fit given clients does not use the partition
+        if self.partition in LABEL_PARTITIONS and isinstance(self, RegressorMixin):
+            raise ValueError(f"partition={self.partition!r} splits the samples by class label, and a regressor's "
+                             f"targets have none: {type(self).__name__} takes partition='iid' or 'sorted', or "
+                             "fit(X, y, clients=ids)")
         n_samples = X.shape[0]
         if self.partition == "shards" and 2 * self.n_clients > n_samples:  # partition()'s 2 shards a client
             raise ValueError(f"partition='shards' deals every client 2 shards of at least one sample: "
@@ -162,15 +163,15 @@ class _FederatedEstimator(BaseEstimator):
 
         ``gap`` (None, or ``(gap(x) -> float, scale)``) selects the stopping rule: the duality gap
         at most ``tol * scale``, or else the squared natural-map residual at most ``tol`` times
-        its value at the initial model, or ``floor`` (the rounding level of that residual) when
-        larger. ``previous`` (a flat parameter vector) starts the run at
-        ``prox_{gamma phi}(x - gamma grad f(x))``, the natural-map step from the fitted model (the
-        model itself once it is stationary). ``partial`` runs ``eval_every`` rounds without a
-        stopping rule (``partial_fit``): it continues the last run's state where
+        its value at the initial model of a fit from scratch (for a warm start too), or ``floor``
+        (the rounding level of that residual) when larger. ``previous`` (a flat parameter vector)
+        starts the run at ``prox_{gamma phi}(x - gamma grad f(x))``, the natural-map step from the
+        fitted model (the model itself once it is stationary). ``partial`` runs ``eval_every``
+        rounds without a stopping rule (``partial_fit``): it continues the last run's state where
         :meth:`_resumable` allows, else restarts the method at ``previous`` (:meth:`_restart`).
         ``center`` is the features' mean ``mu`` where the parameters hold an intercept of the
         centered features ``X - mu`` (None: no such intercept). ``start`` (a flat parameter vector)
-        replaces ``problem.init(seed)`` as the initial model of a run that starts afresh.
+        replaces ``problem.init(seed)`` as the initial model of a fit from scratch.
         """
         # no client draws more samples per step than the largest client holds (tiny data sets)
         batch = None if self.batch_size is None else min(self.batch_size, int(problem.dataset.client_sizes.max()))
@@ -193,7 +194,7 @@ class _FederatedEstimator(BaseEstimator):
         if resume is not None:
             x0 = None  # the run continues the state
         elif previous is None:
-            x0 = problem.init(seed) if start is None else problem.backend.asarray(start, dtype=problem.dtype)
+            x0 = _initial(problem, seed, start)
         else:
             x = problem.backend.asarray(previous, dtype=problem.dtype)
             x0 = x - problem.dtype.type(gamma) * problem.grad(x)
@@ -202,9 +203,12 @@ class _FederatedEstimator(BaseEstimator):
         if gap is not None and not partial:
             stop = _GapStop(gap[0], relative * gap[1], problem.backend)
         elif not partial:
-            first = Start.prox_of(regularizer, x0, gamma).x  # the model run() reports at round 0
-            start = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
-            tol = max(relative * start, floor)
+            # the scale is the residual where a fit from scratch starts, a warm fit's too: measured from
+            # its own start, a warm fit at a converged model would have to shrink the residual tol times more
+            initial = x0 if previous is None else _initial(problem, seed, start)
+            first = Start.prox_of(regularizer, initial, gamma).x  # the model run() reports at round 0
+            scale = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
+            tol = max(relative * scale, floor)
         try:  # a continued run draws new minibatches: its generator is seeded past the rounds already run
             result = run(self.algorithm, problem, regularizer, rounds=self.eval_every if partial else self.max_rounds,
                          seed=seed if resume is None else seed + resume.round, x0=x0, eval_every=self.eval_every,
@@ -222,7 +226,7 @@ class _FederatedEstimator(BaseEstimator):
         if not (result.converged or partial):
             reached = (f"the duality gap is {stop.last:.3g} > tol * {gap[1]:.3g} = {stop.limit:.3g}"
                        if stop is not None else
-                       f"the relative stationarity is {result.history['stationarity'][-1] / start:.3g} > "
+                       f"the relative stationarity is {result.history['stationarity'][-1] / scale:.3g} > "
                        f"tol={relative:g}")
             bias = ALGORITHMS[canonical(self.algorithm)].fixed_point_bias
             advice = [f"{self.algorithm} may settle short of the solution: {bias}. fednmap, zhang, feddr and fedadmm "
@@ -313,6 +317,11 @@ class _Classifier(ClassifierMixin):
 
     def predict_log_proba(self, X):
         return np.log(self.predict_proba(X))
+
+
+def _initial(problem, seed, start):
+    """The initial model of a fit from scratch: ``start`` (a flat parameter vector), or ``problem.init(seed)``."""
+    return problem.init(seed) if start is None else problem.backend.asarray(start, dtype=problem.dtype)
 
 
 class _GapStop:

@@ -127,7 +127,8 @@ class FederatedLasso(_FederatedRegressor):
         / n_samples``, with coefficients 0.03 from the exact solution; this default stops at
         ``1e-7``, 0.0002 from it, after 60-70 rounds (4 clients). With ``alpha = 0`` (no
         dual bound) the rule is relative stationarity: ``||F_nat(x)||^2 <= tol *
-        ||F_nat(x_0)||^2`` (see the module docstring), or at most its rounding level where that
+        ||F_nat(x_0)||^2`` at the zero coefficients ``x_0`` where a fit from scratch starts, for
+        a ``warm_start`` too (see the module docstring), or at most its rounding level where that
         is larger (a constant ``y``, say). A float32 fit uses ``max(tol, 1e-5)``:
         float32 arithmetic leaves the gap at about ``3e-6`` of the yardstick.
     eval_every : int, default 10
@@ -256,7 +257,8 @@ class FederatedSparseRegressor(_FederatedRegressor):
     ``1 / (2 rho)``, and a ``gamma >= 1 / rho`` (``concavity`` for MCP, ``concavity - 1`` for SCAD)
     is refused. The objective is nonconvex unless the design is well conditioned
     (``X^T X / n_samples`` above ``rho``), so the fit ends at a stationary point: ``tol`` is the
-    relative natural-map residual ``||F_nat(x)||^2 <= tol * ||F_nat(x_0)||^2``.
+    relative natural-map residual ``||F_nat(x)||^2 <= tol * ||F_nat(x_0)||^2``, at the zero
+    coefficients ``x_0`` where a fit from scratch starts (for a ``warm_start`` too).
 
     Parameters
     ----------
@@ -354,7 +356,8 @@ clients_per_round, sampling, max_rounds, eval_every, warm_start, backend, random
         reaches the objective of scikit-learn's ``LogisticRegression`` at its defaults, or a
         lower one, on its breast cancer, iris and digits data (standardized). MCP and SCAD are
         nonconvex and ``alpha = 0`` has no dual bound: there the rule is relative stationarity,
-        ``||F_nat(x)||^2 <= tol * ||F_nat(x_0)||^2`` (see the module docstring).
+        ``||F_nat(x)||^2 <= tol * ||F_nat(x_0)||^2`` at the zero coefficients ``x_0`` (see
+        :class:`FederatedLasso`).
 
     Attributes
     ----------

@@ -41,7 +41,8 @@ class _FederatedMLP(_FederatedEstimator):
         lr_local = self._local_step / self.local_steps if self.lr_local is None else self.lr_local
         gamma = 4.0 if self.gamma is None else self.gamma
         previous = self._previous_vector(problem) if self._previous(partial) else None
-        start = _centered_start(problem, seed) if loss == "squared" and previous is None else None
+        # where a fit from scratch starts, and what a warm fit's stopping rule measures from (partial_fit has none)
+        start = _centered_start(problem, seed) if loss == "squared" and (previous is None or not partial) else None
         W1, b1, W2, b2 = problem.unpack(self._run(problem, regularizer, gamma, lr_local, seed, previous=previous,
                                                   partial=partial, start=start))
         self.coefs_ = [W1.T.copy(), W2.T.copy()]
@@ -115,11 +116,12 @@ eval_every, warm_start, backend, random_state
     max_rounds : int, default 500
     tol : float, default 3e-3
         Relative stationarity: stop at the first evaluation where the squared natural-map
-        residual ``||F_nat(x)||^2`` is at most ``tol`` times its value at the initial model (the
-        objective is nonconvex: no duality gap bounds its suboptimality, and a stationary point
-        is the most a method can promise). The default makes the residual's norm fall about
-        20-fold. The stochastic residual is noisy and a network fits slowly, so a much smaller
-        ``tol`` runs up to ``max_rounds`` (and warns with
+        residual ``||F_nat(x)||^2`` is at most ``tol`` times its value at the initial model of a
+        fit from scratch, also with ``warm_start`` (the objective is nonconvex: no duality gap
+        bounds its suboptimality, and a stationary point is the most a method can promise), so a
+        warm start at a converged model stops within a few rounds. The default makes the
+        residual's norm fall about 20-fold. The stochastic residual is noisy and a network fits
+        slowly, so a much smaller ``tol`` runs up to ``max_rounds`` (and warns with
         :class:`~sklearn.exceptions.ConvergenceWarning`).
 
     Attributes
