@@ -15,6 +15,7 @@ from sklearn.preprocessing import StandardScaler
 
 import fedopt
 from fedopt import regularizers as R
+from fedopt.algorithms.base import cohort_size
 from fedopt.datasets import partition
 from fedopt.estimators import FederatedLasso
 from fedopt.problems import LeastSquares, Logistic
@@ -243,6 +244,9 @@ def test_numpy_counts_and_fractions_of_clients_are_taken():
         method = fedopt.algorithms.make("fednmap", clients_per_round=value)
         assert method.clients_per_round == taken and type(method.clients_per_round) is type(taken)
         assert method.cohort_size(12) == size
+    # the nearest count, halves up whatever the population's parity; a few clients at least one
+    assert [cohort_size(0.5, n, "clients_per_round") for n in (3, 5, 7, 9, 11)] == [2, 3, 4, 5, 6]
+    assert cohort_size(0.29, 100, "clients_per_round") == 29 and cohort_size(0.01, 10, "clients_per_round") == 1
     for bad in (np.int64(0), np.float32(1.5), np.bool_(True), np.float64(np.inf), np.float32(np.nan)):
         with pytest.raises(ValueError, match=re.escape("clients_per_round must be a count >= 1, a fraction in "
                                                        f"(0, 1] or None (every client), got {bad!r}")):
@@ -406,3 +410,20 @@ def test_resume_refuses_a_state_of_another_dtype():
                                              f"{held} problem .* or start a {wanted} run from the model with x0="):
             fedopt.run("fednmap", prob, R.L1(1e-3), resume=state, **hyper)
     assert fedopt.run("fednmap", p32, R.L1(1e-3), resume=narrow.state, **hyper).x.dtype == np.float32
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "weighted"])
+def test_a_cohort_round_sends_the_model_to_clients_that_keep_their_own_copy(sampling):
+    """FedCanon II's and ZA1's downlink omits the model, which every client updates itself; a sampled client
+    may have sat out the rounds that changed it, so a cohort round sends it too. The same iterates as
+    FedCanon's then cost the same downlink, and a full round keeps its one vector."""
+    prob, size = problem(), 4
+    per_round = {}
+    for name in ("fedcanon", "fedcanon2", "zhang"):
+        for cohort in (None, size):
+            history = fedopt.run(name, prob, regularizer(name), rounds=3, seed=1,
+                                 **options(name, clients_per_round=cohort, sampling=sampling)).history
+            per_round[name, cohort] = set(np.diff(history["floats_down"]) // prob.n_params)
+    assert per_round["fedcanon", None] == {2 * 12} and per_round["fedcanon", size] == {2 * size}
+    assert per_round["fedcanon2", None] == {12} and per_round["fedcanon2", size] == {2 * size}
+    assert per_round["zhang", None] == {12} and per_round["zhang", size] == {2 * size}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 import reprlib
 from dataclasses import dataclass, field, fields, replace
@@ -114,9 +115,13 @@ def clients_count(value, name: str):
 
 
 def cohort_size(value, n_clients: int, name: str) -> int:
-    """The clients that ``value`` (see :func:`clients_count`) takes out of ``n_clients``."""
+    """The clients that ``value`` (see :func:`clients_count`) takes out of ``n_clients``: a fraction takes the
+    nearest count, halves up whatever the parity (``round`` takes halves to even), and one at least."""
     value = clients_count(value, name)
-    size = n_clients if value is None else value if isinstance(value, int) else max(1, round(value * n_clients))
+    if value is None or isinstance(value, int):
+        size = n_clients if value is None else value
+    else:
+        size = max(1, math.floor(value * n_clients + 0.5))
     if size > n_clients:
         raise ValueError(f"{name}={value} is more than the {n_clients} clients; use at most {n_clients}")
     return size
@@ -361,6 +366,10 @@ class CohortRounds:
     #: per-client corrections ``c_i`` whose weighted sum ``sum_i w_i c_i`` the method keeps at 0
     #: (FedNMap's, Zhang's and FedCanon's ``c_i = c_i + ybar - y_i``); see :meth:`next_round`.
     zero_sum: ClassVar[tuple[str, ...]] = ()
+    #: Whether every client computes the next model from its own copy of the last one (FedCanon II, ZA1),
+    #: so that the round's downlink omits the model: a cohort round also sends it to its clients, who
+    #: may have sat out the rounds that changed it.
+    clients_hold_model: ClassVar[bool] = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -425,6 +434,8 @@ class CohortRounds:
         owned = {k: v for k, v in state.vars.items() if _per_client(v, n)}
         after = self.round(replace(state, env=replace(env, problem=view),
                                    vars={**state.vars, **{k: v[clients] for k, v in owned.items()}}))
+        if self.clients_hold_model:
+            after = replace(after, costs=after.costs + Costs(floats_down=view.n_clients * view.n_params))
         last = view.last_occurrences  # a client drawn twice keeps its last update
         if self.sampling == "weighted":
             kept_weight = float(population.weights[clients[last]].sum())

@@ -64,7 +64,9 @@ class FedCanon(LocalStepsMethod):
 class FedCanon2(FedCanon):
     """FedCanon II (Algorithm 2): as :class:`FedCanon`, but each client applies ``prox_{alpha h}`` to
     ``z^t - alpha Dbar`` itself and the server only broadcasts ``Dbar``. Same iterates; one
-    vector down instead of two, and ``n`` proxes per round instead of one."""
+    vector down instead of two, and ``n`` proxes per round instead of one. With cohorts
+    (``clients_per_round``) ``z^t`` goes down too, as a sampled client may not hold it."""
 
     name = "fedcanon2"
     prox_on_clients = True
+    clients_hold_model = True

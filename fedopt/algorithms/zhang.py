@@ -26,10 +26,12 @@ class Zhang(LocalStepsMethod):
     ``x_{t+1} = prox_{eta_hat phi}(z_{t+1})`` itself and ``ybar = (x_t - z_{t+1}) / eta_hat``
     (eq. (32)). So one vector up, one down, and ``n (Q + 1) + 1`` proxes a round: Q local, one
     per client for ``x_{t+1}`` (the same on every client, computed once here), one at the server.
+    With cohorts (``clients_per_round``) the model goes down too, as a sampled client may not hold it.
     """
 
     name = "zhang"
     zero_sum = ("c",)
+    clients_hold_model = True
 
     @property
     def pre_prox_gamma(self):
