@@ -498,9 +498,9 @@ class _Batch:
 
     def run(self, rounds: int, eval_every: int) -> list[Result]:
         with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported per run, once
-            last_finite = self.state
-            self._record(self.state, last_finite)
+            self._record(self.state, self.state)
             self._leave()  # runs stopped at round 0 (tol, stop, NaN) keep what the record decided
+            last_finite = self.state  # taken after _leave: the layout of the runs still in the batch
             for t in range(1, rounds + 1):
                 if not self.active:
                     break
@@ -513,8 +513,8 @@ class _Batch:
                     self._stop(position, last_finite, f"{part} has NaN or inf entries after round {t}", "nonfinite")
                 if t % eval_every == 0 or t == rounds:
                     self._record(self.state, last_finite)
-                last_finite = self.state
                 self._leave()
+                last_finite = self.state
                 if self.show:
                     print(f"\r{self.method.name} x{len(self.methods)}: round {t}/{rounds}, "
                           f"{len(self.active)} runs going", end="", file=sys.stderr, flush=True)

@@ -421,3 +421,42 @@ def test_a_stationary_start_that_stalls_stops_alone():
         fedopt.run("fedavg", problem, l1, batch_size=1, **STATIONARY_RUN)
     assert left.error.rule == "stalled" and str(left.error) == str(single.value)
     assert stays.error is None and (stays.history["stationarity"] == 0).all()
+
+
+@pytest.mark.parametrize(("eval_every", "leaves_at", "lr", "rounds"), [
+    (1, 0, 1e300, 3),  # the model is inf after round 1
+    (2, 2, 1e30, 3),  # the objective is inf at round 3, the last one (evaluated)
+], ids=["round-0-record", "later-evaluation"])
+def test_a_run_that_diverges_right_after_another_left_keeps_its_own_last_state(data, eval_every, leaves_at, lr,
+                                                                                rounds):
+    """Run 0 stops at an evaluation and leaves the batch; run 2 goes to NaN or inf in the next round.
+    Run 2's result is its own last finite round (model, generator, one run's arrays), as in fedopt.run,
+    and a run resumed from it goes on as from the single run's."""
+    problem = LeastSquares(data, backend="numba")
+    generators = [np.random.default_rng(seed) for seed in range(3)]
+    common = {"local_steps": 2, "batch_size": 6, "divergence": None, "eval_every": eval_every, "rounds": rounds}
+    x0 = [np.full(problem.n_params, v) for v in (1.0, 2.0, 3.0)]
+
+    def stop(state, row):
+        return state.env.rng is generators[0] and row["round"] == leaves_at
+
+    left, going, blown = fedopt.run_batch("scaffold", problem, seeds=generators, x0=x0, lr_local=[0.01, 0.01, lr],
+                                          stop=stop, **common)
+    assert left.converged and left.state.round == leaves_at
+    assert_same_run(fedopt.run("scaffold", problem, seed=1, x0=x0[1], lr_local=0.01, **common), going)
+    with pytest.raises(fedopt.DivergenceError) as single:
+        fedopt.run("scaffold", problem, seed=2, x0=x0[2], lr_local=lr, **common)
+    alone = single.value.result
+    assert blown.error.rule == "nonfinite" and str(blown.error) == str(single.value)
+    assert blown.state.round == alone.state.round
+    np.testing.assert_array_equal(blown.x, alone.x)
+    assert blown.state.env.rng is generators[2]
+    assert blown.state.env.rng.bit_generator.state == alone.state.env.rng.bit_generator.state
+    assert blown.state.vars.keys() == alone.state.vars.keys()
+    for name, value in alone.state.vars.items():
+        np.testing.assert_array_equal(blown.state.vars[name], value, err_msg=name)
+    blown.error = None
+    assert_same_run(alone, blown)
+    resume = {**common, "lr_local": 0.01, "rounds": 2}
+    np.testing.assert_array_equal(fedopt.run("scaffold", problem, seed=2, resume=blown.state, **resume).x,
+                                  fedopt.run("scaffold", problem, seed=2, resume=alone.state, **resume).x)
