@@ -95,7 +95,7 @@ def _title(path) -> str:
 def _run(args) -> int:
     from fedopt.problems import VI_PROBLEMS
     from fedopt.run import objective_rose
-    from fedopt.sweep.config import load_experiment, parse_experiment
+    from fedopt.sweep.config import ConfigError, load_experiment, parse_experiment
     from fedopt.sweep.execute import execute_run
     from fedopt.sweep.validate import validate
 
@@ -107,8 +107,12 @@ def _run(args) -> int:
             keep = {k: v for k, v in exp.run.get(section, {}).items() if section == "dataset" and k == "n_clients"}
             exp = exp.override({section: {"name": value, **keep}}, origin=f"--{section}")
     synthetic = exp.run["problem"]["name"] in VI_PROBLEMS  # a game: no data set, its own n_clients
+    if synthetic and args.dataset is not None:
+        raise ConfigError(f"--dataset {args.dataset}: problem {exp.run['problem']['name']!r} is a synthetic operator "
+                          "without a data set: leave out --dataset (--n-clients sets the game's clients)")
     if synthetic:
-        exp.run.pop("dataset", None)
+        if not args.config or args.problem is not None:  # the data set of the run that --problem replaced
+            exp.run.pop("dataset", None)
         if args.regularizer is None and not args.config:  # the default run's elastic net is for models:
             exp.run.pop("regularizer", None)  # the game's own phi (zero for most)
     clients = ("problem" if synthetic else "dataset") + ".n_clients"
@@ -363,7 +367,10 @@ def _data(args) -> int:
 
     if args.action == "download":
         if not args.name:
-            raise ValueError(f"`fedopt data download NAME` needs a name: {', '.join(catalog.PAPER_DATA)}")
+            names = [name for name, entry in catalog.PAPER_DATA.items() if entry.downloadable]
+            manual = [name for name, entry in catalog.PAPER_DATA.items() if not entry.downloadable]
+            raise ValueError(f"`fedopt data download NAME` needs a name: {' or '.join(names)}"
+                             + (f" ({', '.join(manual)}: by hand, `fedopt data ls` says how)" if manual else ""))
         print(f"{args.name}: in {catalog.download(args.name)}")
         return 0
     for row in catalog.status():
@@ -481,7 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", nargs="?", help="a TOML file or built-in experiment with one configuration "
                      "(default: FedNMap, softmax + elastic net on digits, 10 clients)")
     run.add_argument("--algorithm", help="a method of `fedopt list` (starts from its default hyperparameters)")
-    run.add_argument("--problem", help="least_squares, logistic, softmax or mlp")
+    run.add_argument("--problem", help="a problem of `fedopt list`: least_squares, logistic, softmax or mlp (on "
+                     "--dataset), or a game without a data set: bilinear_game, quadratic_game, smooth_game, "
+                     "robust_least_squares or l1_bilinear_game")
     run.add_argument("--dataset", help="a dataset of `fedopt list`")
     run.add_argument("--regularizer", help="a regularizer of `fedopt list` (with its default parameters)")
     run.add_argument("--n-clients", type=_positive, help="the number of clients (a game's n_clients)")
@@ -508,7 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--retry-failed", action="store_true", help="run the stored failed runs again")
     sweep.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="fix a key below [run] for every run (a grid axis on it is dropped), e.g. seeds=[0,1] "
-                            "or dataset.name=mnist")
+                            "or dataset.name=mnist; algorithm.METHOD.key drops a grid's axis on the shared "
+                            "algorithm.key only when it fixes the key for every method of that grid that has it")
     sweep.add_argument("--data", choices=["auto", "paper", "embedded"], default="auto",
                        help="the paper's data set when its files are present (auto, the default; `fedopt data ls`), "
                             "always (paper) or never (embedded: the experiment's [run.dataset], e.g. digits)")
@@ -542,7 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "each experiment)")
     rep.add_argument("--no-plots", action="store_true", help="tables and slopes only")
     rep.add_argument("--csv", metavar="FILE", help="also write one row per run and evaluated round of the reported "
-                     "sweeps to this CSV file")
+                     "sweeps to this CSV file; each row names its grid point too (point.* columns, the axes' values "
+                     "as written), so a run that two points share has rows under each")
     rep.add_argument("--parquet", metavar="FILE", help="the same rows as Parquet (needs pyarrow)")
     rep.add_argument("--check", action="store_true",
                      help=f"exit {CLAIM_FAILED} when a claim of the paper fails that the experiment does not document")

@@ -215,6 +215,16 @@ def test_slope_points_whose_axis_value_has_no_logarithm_are_named_as_left_out():
         "over 4 points (claimed [-1.1, -0.9]); 1 point left out: no logarithm at n_clients=0 (not a number > 0)")
 
 
+def test_an_axis_without_logarithm_is_named_in_full_beside_an_axis_of_the_same_short_name():
+    runs = [{**m, "labels": {"algorithm.gamma": m["labels"]["dataset.n_clients"], "regularizer.gamma": strength,
+                             "seed": m["labels"]["seed"]}}
+            for strength in (1.0, 2.0)
+            for m in members({("a", g): [max(g, 1) ** -1.0 * (1 + 0.01 * s) for s in range(3)] for g in (0, 2, 4, 8)})]
+    [v] = C.check([claim(kind="slope", axis="algorithm.gamma", values=[], interval=(-1.1, -0.9))], runs)
+    assert len(v.lines) == 2 and all(line.startswith("regularizer.gamma=") for line in v.lines)
+    assert all(line.endswith("no logarithm at algorithm.gamma=0 (not a number > 0)") for line in v.lines)
+
+
 CLAIMED = TINY + """
 [[claim]]
 name = "more-clients-lower"

@@ -57,3 +57,59 @@ def test_a_game_with_its_own_regularizer_runs_with_it(tmp_path, capsys):
     assert "L1BilinearGame's own" in capsys.readouterr().err
     assert main(["run", "--problem", "l1_bilinear_game", "--algorithm", "lippax", "--regularizer", "zero",
                  "--rounds", "2", "--out", out]) == 0
+
+
+def test_demo_refuses_an_unusable_backend_and_reruns_failed_runs(tmp_path, monkeypatch, capsys):
+    from fedopt import _backend, sweep
+
+    if _backend.gpu_available():
+        pytest.skip("needs a machine where the gpu backend is unavailable")
+    short = sweep.load_experiment("speedup_demo").shortened(rounds=2, seeds=1, values=2)
+    monkeypatch.setattr(sweep, "load_experiment", lambda name: short)
+    db = tmp_path / "demo.db"
+    assert main(["demo", "--backend", "gpu", "--store", str(db), "--workers", "1"]) == 2
+    assert "backend = 'gpu'" in capsys.readouterr().err and not db.exists()  # as `fedopt sweep --backend gpu`
+
+    with monkeypatch.context() as patch:  # runs that fail only as they execute: stored failed
+        patch.setattr(sweep, "validate", lambda specs: None)
+        assert main(["demo", "--backend", "gpu", "--store", str(db), "--workers", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "demo finished" not in captured.out
+    assert "failed of" in captured.err and "`fedopt demo` runs them again" in captured.err
+    assert "--retry-failed" not in captured.out + captured.err  # a flag `fedopt demo` does not have
+
+    assert main(["demo", "--store", str(db), "--workers", "1"]) == 0  # `make demo` again: the failed runs rerun
+    printed = capsys.readouterr().out
+    assert "complete" in printed and "demo finished" in printed
+
+
+def test_run_refuses_a_data_set_for_a_game(tmp_path, capsys):
+    out = tmp_path / "history.csv"
+    game = ["--problem", "bilinear_game", "--algorithm", "lippax", "--rounds", "2", "--out", str(out)]
+    assert main(["run", *game, "--dataset", "mnist"]) == 2
+    assert "--dataset mnist: problem 'bilinear_game' is a synthetic operator without a data set" in \
+        capsys.readouterr().err
+    assert main(["run", "lippax_k", "--dataset", "digits", "--rounds", "2", "--out", str(out)]) == 2  # a game's file
+    assert "--dataset digits: problem 'smooth_game'" in capsys.readouterr().err
+    config = tmp_path / "game.toml"
+    config.write_text('[run]\nrounds = 2\n[run.problem]\nname = "bilinear_game"\n[run.dataset]\nname = "digits"\n'
+                      '[run.algorithm]\nname = "lippax"\n')
+    assert main(["run", str(config), "--out", str(out)]) == 2
+    assert "synthetic operator without a data set: remove [run.dataset]" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_run_help_names_every_problem(capsys):
+    from fedopt.problems import PROBLEMS
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    printed = " ".join(capsys.readouterr().out.split())
+    problem_help = printed.split("--problem PROBLEM ")[1].split("--dataset DATASET")[0]
+    assert all(name in problem_help.replace(",", " ").split() for name in PROBLEMS)
+
+
+def test_data_download_without_a_name_lists_the_downloadable_ones(capsys):
+    assert main(["data", "download"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a name: mnist or fashion_mnist (a9a: by hand, `fedopt data ls` says how)" in err

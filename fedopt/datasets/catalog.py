@@ -41,6 +41,8 @@ class PaperData:
         The one-time download.
     fetch : callable
         ``fetch(path, cache_dir, download) -> {role: file}``, the loader's own file lookup and download.
+    downloadable : bool
+        Whether ``fetch`` can download the files (``fedopt data download NAME``); else they come by hand.
     """
 
     name: str
@@ -52,6 +54,7 @@ class PaperData:
     papers: tuple
     how_to_get: str
     fetch: Callable
+    downloadable: bool = True
 
 
 def _openml_instruction(name: str, openml_name: str, source: str) -> str:
@@ -78,7 +81,7 @@ PAPER_DATA = {
         ("FedCanon (Fig. 1)", "DEPOSITUM (Fig. 3)"),
         f"download a9a and a9a.t once by hand from LIBSVM's binary-classification page ({loaders.A9A_URL}) "
         "into the folder; there is no automatic download",
-        loaders._a9a_files),
+        loaders._a9a_files, downloadable=False),
 }
 
 

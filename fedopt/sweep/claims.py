@@ -498,7 +498,7 @@ def _check_slope(claim: Claim, groups: list) -> tuple[str, str]:
     for x, runs in groups:
         values, diverged, other, below, missing = _seeds(claim, runs)
         if not _loggable(x):  # the fit is against log x
-            off_scale.append(f"{_short(claim.axis)}={_fmt(x)}")
+            off_scale.append(f"{_short(claim.axis, runs[0]['labels'])}={_fmt(x)}")
         elif diverged or other or not (values or below or missing):
             not_done += 1
         elif missing:
