@@ -771,10 +771,19 @@ class Masked(Regularizer):
     def step_limit(self):
         return self.base.step_limit
 
+    def __repr__(self):
+        return f"Masked({self.base!r}, {int(self.mask.sum())} of {len(self.mask)} coordinates)"
+
     def _check_dimension(self, p):
         if len(self.mask) != p:
             raise ValueError(f"mask has length {len(self.mask)} but the vectors have p={p} coordinates")
-        self.base._check_dimension(int(self.mask.sum()))
+        n = int(self.mask.sum())
+        try:
+            self.base._check_dimension(n)
+        except ValueError as err:
+            raise ValueError(f"Masked applies {type(self.base).__name__} to the {n} masked coordinates of p={p} "
+                             f"only, so its own arrays must fit those {n} (the block), not the whole vector: "
+                             f"{err}") from None
 
     def _values(self, x, tol):
         return self.base._values(x[:, self.mask], tol)
@@ -795,8 +804,10 @@ class Masked(Regularizer):
                                 lambda: self._weight_rows(backend.to_numpy(w[0]) if weighted else 1.0))
         if kind in (K.MCP, K.SCAD):  # lam weighted by the mask: 0 is the identity
             return (K.MCP_WEIGHTED if kind == K.MCP else K.SCAD_WEIGHTED), theta, rows[:1]
-        if theta[1] == 1.0:  # no shrinking factor (l1, weighted or not)
-            return K.SOFT_WEIGHTED, theta, rows[:1]
+        # whether the base shrinks, read at a unit step: an elastic net's factor is 1 at step 0 too, and the
+        # form must not depend on the step (run_batch groups runs by their form at step 0)
+        if self.base._elementwise(1.0, backend, dtype)[1][1] == 1.0:
+            return K.SOFT_WEIGHTED, theta, rows[:1]  # no shrinking factor (l1, weighted or not)
         return K.SOFT_MASKED, theta, rows
 
     def _weight_rows(self, values):
@@ -821,7 +832,8 @@ _UNWEIGHTED = {K.SOFT_WEIGHTED: K.SOFT, K.MCP_WEIGHTED: K.MCP, K.SCAD_WEIGHTED: 
 def on_block(regularizer: Regularizer, problem, block: str) -> Masked:
     """``regularizer`` on one named block of ``problem``'s parameters only (:meth:`Problem.blocks`,
     e.g. the MLP's ``"W1"``), as :class:`Masked`. A matrix regularizer (:class:`Nuclear`) reads the
-    block as its matrix: a nuclear norm on ``W1`` asks for a low-rank first layer."""
+    block as its matrix: a nuclear norm on ``W1`` asks for a low-rank first layer. The regularizer's own
+    arrays (weights, group labels) must fit the block."""
     blocks = problem.blocks()
     if block not in blocks:
         names = f"choose one of {', '.join(blocks)}" if blocks else "it names none, so leave block out"
@@ -835,4 +847,6 @@ def on_block(regularizer: Regularizer, problem, block: str) -> Masked:
         regularizer = replace(regularizer, shape=shape)
     mask = np.zeros(problem.n_params, dtype=bool)
     mask[start : start + math.prod(shape)] = True
-    return Masked(regularizer, mask)
+    masked = Masked(regularizer, mask)
+    masked.check_problem(problem)
+    return masked

@@ -199,3 +199,71 @@ def test_on_block_refuses_unknown_blocks_and_a_matrix_norm_on_a_vector():
         R.on_block(R.Nuclear(0.1), mlp, "b1")
     softmax = Softmax(load_digits(n_clients=2), fit_intercept=True)
     assert R.on_block(R.L1(0.1), softmax, "intercept").mask.sum() == 10
+
+
+def _catalogue():
+    """Every regularizer of test_regularizer_errors (vectors of 6), then Masked of each separable one
+    (and of an elastic net without its l2 part) on 6 of 8 coordinates."""
+    from test_regularizer_errors import all_regularizers
+
+    regs = {**all_regularizers(), "elasticnet_l2_0": R.ElasticNet(0.3, 0.0)}
+    backend = fedopt.get_backend("numba")
+    mask = np.array([True, True, False, True, True, True, False, True])
+    separable = {f"masked_{name}": R.Masked(reg, mask) for name, reg in regs.items()
+                 if reg._elementwise(0.5, backend, np.float64) is not None}
+    return {**regs, **separable}
+
+
+CATALOGUE = _catalogue()
+
+
+@pytest.mark.parametrize("name", CATALOGUE)
+def test_the_form_of_the_prox_does_not_depend_on_the_step(name):
+    """run_batch groups runs by their prox form read at step 0 (batch._prox_groups): the kind and the
+    weights must be those of every real step."""
+    reg, backend = CATALOGUE[name], fedopt.get_backend("numba")
+    at_zero = reg.separable([0.0], backend, np.float64)
+    for step in (0.15, 0.5, 1.0):
+        form = reg.separable([step], backend, np.float64)
+        assert (form is None) == (at_zero is None)
+        if form is not None:
+            assert form[0] == at_zero[0]
+            np.testing.assert_array_equal(form[2], at_zero[2])
+
+
+def test_a_batch_of_a_masked_elastic_net_and_a_masked_l1_equals_the_single_runs():
+    """Masked(ElasticNet) (SOFT_MASKED) and Masked(L1) (SOFT_WEIGHTED) batch apart, each on
+    fedopt.run's fused kernels: bit for bit."""
+    problem = MLP(load_digits(n_clients=4, partition="iid", seed=0), hidden=8)
+    regs = [R.on_block(R.ElasticNet(0.01, 0.5), problem, "W1"), R.on_block(R.L1(0.01), problem, "W1")]
+    kw = dict(rounds=3, local_steps=3, lr_local=0.05, lr_server=1.0, batch_size=16, gamma=1.0)
+    results = fedopt.run_batch("fednmap", problem, regs, seeds=[0, 0], **kw)
+    for reg, result in zip(regs, results, strict=True):
+        np.testing.assert_array_equal(result.x, fedopt.run("fednmap", problem, reg, seed=0, **kw).x)
+
+
+def test_the_repr_shows_the_base_and_the_mask_size_not_the_mask():
+    problem = MLP(load_digits(n_clients=2), hidden=8)
+    reg = R.on_block(R.MCP(0.01, gamma=3.0), problem, "W1")
+    assert repr(reg) == "Masked(MCP(lam=0.01, gamma=3.0), 512 of 610 coordinates)"
+    with pytest.raises(ValueError) as info:
+        fedopt.run("fednmap", problem, reg, rounds=1, gamma=4.0, local_steps=2, lr_local=0.1)
+    message = str(info.value)
+    assert len(message) < 300 and "True" not in message
+    assert message.startswith("gamma=4 is too large for Masked(MCP(lam=0.01, gamma=3.0), 512 of 610 coordinates)")
+    assert message.endswith("so use gamma < 3")
+
+
+def test_a_base_sized_for_the_whole_vector_is_refused_by_on_block_with_the_block_size():
+    problem = MLP(load_digits(n_clients=2), hidden=8)  # p = 610, W1 holds 512
+    for base, what in ((R.L1(0.01, weights=np.ones(610)), "weights has length 610"),
+                       (R.GroupLasso(0.01, groups=np.arange(610) % 64), "groups puts 610 coordinates")):
+        with pytest.raises(ValueError, match=rf"^Masked applies {type(base).__name__} to the 512 masked coordinates "
+                                             rf"of p=610 only, so its own arrays must fit those 512 \(the block\), "
+                                             rf"not the whole vector: {what}"):
+            R.on_block(base, problem, "W1")
+        mask = np.zeros(610, dtype=bool)
+        mask[:512] = True
+        with pytest.raises(ValueError, match="must fit those 512"):  # Masked itself, at the first prox
+            R.Masked(base, mask).prox(np.zeros(610), 0.1)
+    assert R.on_block(R.L1(0.01, weights=np.ones(512)), problem, "W1").base.weights.shape == (512,)
