@@ -560,8 +560,10 @@ class _Batch:
 
     def _result(self, position, state, converged=False) -> Result:
         run = self.active[position]
-        view = self._view(state, position)
-        return Result(view.env.problem.backend.to_numpy(view.x).copy(), self.histories[run], self.methods[run], view,
+        method = self.methods[run]
+        view = replace(self._view(state, position), seconds=float(self.seconds[run]),  # as fedopt.run's state
+                       pre_prox_gamma=None if state.z is None else method.pre_prox_gamma)
+        return Result(view.env.problem.backend.to_numpy(view.x).copy(), self.histories[run], method, view,
                       self.seeds[run], self.gammas[run], converged)
 
     def _view(self, state, position) -> State:

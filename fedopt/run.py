@@ -140,6 +140,17 @@ class Result:
         """The final pre-prox server point of normal-map methods (None for the others)."""
         return None if self.state.z is None else self.state.env.problem.backend.to_numpy(self.state.z)
 
+    @property
+    def start(self) -> Start:
+        """The final model as where another run starts (``fedopt.run(..., x0=result.start)``), whose
+        round 0 then reports ``x`` itself: with the subgradient ``(z - x) / g`` of phi at ``x`` that
+        the pre-prox point of a normal-map method holds (``g`` its ``pre_prox_gamma``), from which
+        a normal-map method of any prox parameter starts. Without one (the other methods), a
+        normal-map method starts its pre-prox point at ``x`` and reports ``prox(x)``, ``x`` itself for
+        phi = 0 or a constraint's feasible ``x``."""
+        x, z, g = self.x.copy(), self.z, self.algorithm.pre_prox_gamma
+        return Start(x) if z is None or g is None else Start(x, (z - x) / g)
+
     def _summary(self) -> dict[str, float]:
         """The last row's :data:`SUMMARY_COLUMNS` that the run defines (``test_accuracy`` not when NaN)."""
         last = self.history.last()
@@ -189,6 +200,7 @@ class Divergence:
       alone would exceed any multiple of 0: it is stalled only when it left that point uphill
       (its objective ended above its start by more than rounding, ``1e-12`` relative, as
       :func:`objective_rose` tells) and no longer descends; one that stays there stays done.
+      A run of no rounds (``rounds=0``: its round-0 row only) is not checked.
 
     ``None`` as a factor switches that rule off.
     """
@@ -261,7 +273,9 @@ class Divergence:
     def check_end(self, history: History) -> str | None:
         """The sentence with the numbers when the finished run in ``history`` stalled, else None."""
         first, last = history.rows[0], history.rows[-1]
-        if self.stall_factor is None or not last["stationarity"] > self.stall_factor * first["stationarity"]:
+        if self.stall_factor is None or len(history) < 2:  # no rounds run: nothing to judge
+            return None
+        if not last["stationarity"] > self.stall_factor * first["stationarity"]:
             return None
         rose = None
         if first["stationarity"] == 0:  # started stationary: no scale, judge by whether it left uphill
@@ -361,11 +375,16 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     backend : str or None
         Move the problem to this backend first (default: keep the problem's).
     eval_every : int
-        Evaluate the metrics every this many rounds (and always at round 0 and at the end).
-    x0 : array or None
+        Evaluate the metrics at the rounds that are multiples of this (and always at the first
+        round and at the end); a resumed run counts from round 0 too, so its rows fall where one
+        uninterrupted run's would.
+    x0 : array, Start or None
         The initial weights ``w_0`` (default ``problem.init(seed)``). Every method reports the same
         model ``x_0 = prox_{metric_gamma phi}(w_0)`` at round 0: normal-map methods start from the
         pre-prox point whose prox with their own parameter is ``x_0`` (see :class:`~fedopt.algorithms.base.Start`).
+        A :class:`~fedopt.algorithms.base.Start` is taken as it is, its ``x`` the round-0 model:
+        ``x0=result.start`` starts from another run's model (:attr:`Result.start`), where
+        ``x0=result.x`` would start from its prox.
     metric_gamma : float or None
         The prox parameter of ``stationarity`` (and of the round-0 model, see ``x0``); default the
         method's ``gamma`` when it has one, else 1 (``1 / (2 rho)`` for a ``rho``-weakly convex
@@ -404,7 +423,13 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         :class:`Result`'s ``state``, of the same method), with its model, pre-prox point and the
         method's own arrays (corrections, control variates), on ``problem`` (the same number of
         clients and parameters; its data may be new) and a generator seeded by ``seed``. The
-        history's rounds go on from the state's; ``x0`` is ignored.
+        history's rounds, costs and ``seconds`` go on from the state's; ``x0`` is ignored. The
+        hyperparameters are this call's, as for a fresh run: new steps take effect, a normal-map
+        method's pre-prox point moves to its new prox parameter ``g`` (``z = x + g (z - x) / g_0``,
+        keeping the model and the subgradient ``(z - x) / g_0`` of phi it holds, as a fresh start
+        does; FedDR's and FedADMM's, a sum of their clients' messages, stays), and a decentralized
+        method gossips over the ``topology``, ``mixing``, ``edge_prob`` and ``topology_seed`` given
+        here, its nodes keeping their iterates.
 
     Returns
     -------
@@ -432,14 +457,15 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     gamma = metric_step(method, regularizer, metric_gamma)
     rng = run_generator(seed)
     if resume is not None:
-        state = _resumed(resume, method.name, problem, regularizer, rng)
+        state = _resumed(resume, method, problem, regularizer, rng)
     else:
-        start = Start.prox_of(regularizer, problem.start_point(x0, seed), gamma)
-        state = replace(method.init(problem, regularizer, rng, start), method=method.name)
+        state = replace(method.init(problem, regularizer, rng, run_start(x0, problem, regularizer, gamma, seed)),
+                        method=method.name)
+    state = replace(state, pre_prox_gamma=None if state.z is None else method.pre_prox_gamma)
     history = History(history_columns(method, state))
     evaluated = _evaluation_view(method, problem, eval_clients, seed, history)
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
-    clock = {"start": time.perf_counter(), "evaluating": 0.0}
+    clock = {"start": time.perf_counter() - state.seconds, "evaluating": 0.0}  # a resumed run's clock goes on
 
     def record(state):
         problem.backend.synchronize()  # the round's device work belongs to its training time
@@ -477,6 +503,10 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         diverged(what, last_finite)
 
     def result(state, converged=False):
+        last = history.last()  # the state's own row, else (a round after the last evaluation) the clock
+        seconds = last["seconds"] if last.get("round") == state.round else \
+            time.perf_counter() - clock["start"] - clock["evaluating"]
+        state = replace(state, seconds=seconds)
         return Result(problem.backend.to_numpy(state.x).copy(), history, method, state, seed, gamma, converged)
 
     status = {"converged": False}  # whether the last evaluation met tol or stop
@@ -493,7 +523,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
             state = method.next_round(state)
             for _, part in nonfinite_runs(state):
                 rejected(f"{part} has NaN or inf entries after round {t}", state)
-            if t % eval_every == 0 or t == rounds:
+            if state.round % eval_every == 0 or t == rounds:  # a resumed run's rows fall where one run's would
                 record(state)
             last_finite = state
     stalled = rule.check_end(history) if rule is not None and not converged() else None
@@ -595,13 +625,24 @@ def state_fits(state: State, problem) -> bool:
             and array_module(state.x) is problem.backend.xp)
 
 
-def _resumed(state: State, name: str, problem, regularizer, rng) -> State:
-    """``state`` of method ``name`` on ``problem``, checked with :func:`state_fits`."""
+def run_start(x0, problem, regularizer, gamma: float, seed) -> Start:
+    """Where a fresh run starts: ``x0`` itself when it is a :class:`Start` (its arrays checked as ``x0``),
+    else the prox of the weights ``x0`` (``problem.init(seed)`` for None) with parameter ``gamma``."""
+    if isinstance(x0, Start):
+        s = x0.subgradient
+        return Start(problem.start_point(x0.x, seed), None if s is None else problem.start_point(s))
+    return Start.prox_of(regularizer, problem.start_point(x0, seed), gamma)
+
+
+def _resumed(state: State, method: Algorithm, problem, regularizer, rng) -> State:
+    """``state`` of ``method`` on ``problem``, checked with :func:`state_fits`, then made ready for
+    ``method``'s hyperparameters by its :meth:`~fedopt.algorithms.base.Algorithm.resume`."""
+    name = method.name
     if not isinstance(state, State):
         raise TypeError(f"resume takes a run's state (result.state), got {type(state).__name__}")
     if state.method not in (None, name):
         raise ValueError(f"resume holds a state of {state.method}, whose arrays {name} cannot go on from: resume a "
-                         f"run with the method that made it, or start {name} from its model with x0=result.x")
+                         f"run with the method that made it, or start {name} from its model with x0=result.start")
     if not state_fits(state, problem):
         raise ValueError(f"resume holds a model of shape {tuple(state.x.shape)} and client arrays of rows "
                          f"{[v.shape[0] for v in state.vars.values() if getattr(v, 'ndim', 0) == 2]} on "
@@ -612,11 +653,12 @@ def _resumed(state: State, name: str, problem, regularizer, rng) -> State:
     if held != problem.dtype or (state.z is not None and state.z.dtype != held):  # else it runs in the state's
         raise ValueError(f"resume holds a {held} state, the problem is {problem.dtype}: resume on a {held} problem "
                          f"(its data set built with dtype={held}), or start a {problem.dtype} run from the model "
-                         f"with x0=result.x")
+                         f"with x0=result.start")
     # a copy: the rounds update client arrays in place (a cohort's rows), and the state resumed from stays as it was
     arrays = {k: v.copy() for k, v in state.vars.items() if getattr(v, "ndim", 0)}  # not the topology, say
-    return replace(state, env=Env(problem, regularizer, rng), x=state.x.copy(),
-                   z=None if state.z is None else state.z.copy(), vars={**state.vars, **arrays}, undo=None)
+    return method.resume(replace(state, env=Env(problem, regularizer, rng), x=state.x.copy(),
+                                 z=None if state.z is None else state.z.copy(), vars={**state.vars, **arrays},
+                                 undo=None))
 
 
 def run_generator(seed) -> np.random.Generator:

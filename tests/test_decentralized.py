@@ -257,6 +257,20 @@ def test_topology_objects_and_matrices_are_accepted():
     assert by_name.state.vars["topology"].lam == pytest.approx(T.make("ring", 8).lam)
 
 
+def test_a_resumed_run_gossips_over_the_network_it_is_given():
+    """resume= used to keep the state's graph: a run resumed with topology="complete" walked the ring's
+    trajectory while its result.algorithm reported the complete graph."""
+    problem = regression()
+    kw = {"lr": 0.05, "batch_size": None}
+    first = fedopt.run("prox-dsgt", problem, L1(0.05), rounds=3, topology="ring", **kw)
+    complete = fedopt.run("prox-dsgt", problem, L1(0.05), rounds=3, topology="complete", resume=first.state, **kw)
+    assert complete.state.vars["topology"].name == "complete" and first.state.vars["topology"].name == "ring"
+    assert complete.history["consensus"][0] > 1e-3  # the ring's nodes, as they were
+    assert complete.history["consensus"][1:].max() < 1e-20  # the complete graph averages the nodes in one gossip
+    ring = fedopt.run("prox-dsgt", problem, L1(0.05), rounds=3, topology="ring", resume=first.state, **kw)
+    np.testing.assert_array_equal(ring.x, fedopt.run("prox-dsgt", problem, L1(0.05), rounds=6, **kw).x)
+
+
 # ---------------------------------------------------------------- experiments
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_depositum_experiments_load_and_expand(name):

@@ -128,6 +128,16 @@ def test_a_run_that_oscillates_without_converging_stops_as_stalled_with_its_whol
     assert stopped.converged
 
 
+def test_a_run_of_no_rounds_is_not_judged_stalled():
+    """Its one row used to read as a run that fell at 0 of its last 0 evaluations: stalled."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 6))
+    problem = LeastSquares(partition(X, X @ rng.normal(size=6), 4, "sorted", seed=0), backend="numpy")
+    result = fedopt.run("fedavg", problem, rounds=0, divergence={"stall_factor": 1e-2}, progress=False)
+    assert result.error is None and list(result.history["round"]) == [0]
+    assert Divergence(stall_factor=1e-2).check_end(result.history) is None
+
+
 def test_a_run_that_starts_at_its_solution_is_not_stopped_by_rounding():
     # objective 0 at round 0: without the floor any rounding error would be "1000 times the start"
     rng = np.random.default_rng(0)

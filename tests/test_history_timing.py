@@ -81,6 +81,28 @@ def test_queued_device_work_counts_as_training_time(problem, runner, monkeypatch
         np.testing.assert_allclose(history["seconds"], np.arange(4) / len(histories))
 
 
+def test_a_resumed_run_goes_on_with_the_training_time_of_the_rounds_before(problem, monkeypatch):
+    """seconds used to restart at 0 on resume=, while round and the cost columns went on."""
+    from fedopt.algorithms.fednmap import FedNMap
+
+    clock = FakeClock()
+    monkeypatch.setattr(importlib.import_module("fedopt.run"), "time",
+                        types.SimpleNamespace(perf_counter=clock.perf_counter))
+    launch = FedNMap.round
+
+    def slow_round(self, state):
+        clock.sleep(1.0)
+        return launch(self, state)
+
+    monkeypatch.setattr(FedNMap, "round", slow_round)
+    kw = {"local_steps": 2, "batch_size": None}
+    first = fedopt.run("fednmap", problem, L1(0.01), rounds=3, **kw)
+    resumed = fedopt.run("fednmap", problem, L1(0.01), rounds=2, resume=first.state, **kw)
+    np.testing.assert_array_equal(first.history["seconds"], [0.0, 1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(resumed.history["seconds"], [3.0, 4.0, 5.0])
+    assert resumed.state.seconds == 5.0 and first.state.seconds == 3.0
+
+
 def test_synchronize_waits_on_the_device_stream_only_on_the_gpu():
     from fedopt._backend import Backend
 

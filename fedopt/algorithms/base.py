@@ -48,7 +48,10 @@ class State:
     server point of normal-map methods (None for the others), where ``||F_nor(z)||^2`` is
     measured. ``vars`` holds the method's own arrays (corrections, control variates, duals).
     ``method`` names the method whose rounds these are (set by :func:`fedopt.run`; None when
-    unknown), so that a resumed run refuses another method's state.
+    unknown), so that a resumed run refuses another method's state. ``pre_prox_gamma`` is the prox
+    parameter ``g`` that ``z`` belongs to (``x = prox_{g phi}(z)``; set by :func:`fedopt.run`, None
+    when unknown or without ``z``), and ``seconds`` the training time of the rounds so far (the
+    history's ``seconds``): a resumed run goes on from both, as from ``round`` and ``costs``.
 
     A round on a cohort writes its clients' rows into the per-client arrays of the state it
     started from (copying ``n x p`` arrays every round would cost more than the round), so a
@@ -65,6 +68,8 @@ class State:
     costs: Costs = Costs()
     vars: dict = field(default_factory=dict)
     method: str | None = None
+    pre_prox_gamma: float | None = None
+    seconds: float = 0.0
     undo: tuple | None = field(default=None, repr=False, compare=False)
 
 
@@ -204,6 +209,14 @@ class Algorithm:
         """A fresh state (corrections and duals at their start) numbered as round ``round`` that reports
         ``start.x``: :meth:`init`, for the methods whose state does not depend on the round."""
         return replace(self.init(problem, regularizer, rng, start), round=round)
+
+    def resume(self, state: State) -> State:
+        """``state``, from a run of this method with these or other hyperparameters, ready for this
+        instance's rounds (:func:`fedopt.run`'s ``resume``): as it is here. Methods whose state holds
+        what a hyperparameter built (a pre-prox point of a prox parameter, a gossip graph) rebuild it.
+        FedDR's and FedADMM's ``z`` is the weighted sum of their clients' messages, which a cohort round
+        updates by the cohort's changes only: moved alone it would shift every later sum, so it stays."""
+        return state
 
     def next_round(self, state: State) -> State:
         """One round as :func:`fedopt.run` takes it: :meth:`round` (methods with cohorts refine it)."""
@@ -469,3 +482,13 @@ class LocalStepsMethod(CohortRounds, Algorithm):
     def effective_step(self) -> float:
         """``eta_hat = eta_a * eta_s * Q``: how far the server moves per unit of averaged direction."""
         return self.lr_local * self.lr_server * self.local_steps
+
+    def resume(self, state: State) -> State:
+        """Also moves the pre-prox point (FedNMap's and Zhang's, the server's own iterate) to this
+        instance's :attr:`~Algorithm.pre_prox_gamma` ``g``: ``z = x + g (z - x) / g_0``, with ``g_0``
+        the parameter it belongs to (``state.pre_prox_gamma``), keeps the subgradient ``(z - x) / g_0``
+        of phi at the model, so that ``x = prox_{g phi}(z)`` as at a :class:`Start`."""
+        old, new = state.pre_prox_gamma, self.pre_prox_gamma
+        if state.z is None or old is None or old == new:
+            return state
+        return replace(state, z=state.x + (new / old) * (state.z - state.x), pre_prox_gamma=new)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,13 @@ class DecentralizedMethod(Algorithm):
 
     def check(self, problem, regularizer):
         regularizer.check_step(self.lr, "lr (the prox step alpha)")
+
+    def resume(self, state: State) -> State:
+        """The graph and gossip operator of this instance's ``topology``, ``mixing``, ``edge_prob`` and
+        ``topology_seed`` on the resumed problem's nodes: the nodes keep their iterates and gossip over
+        the network asked for."""
+        graph, mixer = self.network(state.env.problem)
+        return replace(state, vars={**state.vars, "topology": graph, "mixer": mixer})
 
     # ---- helpers for the methods
     def network(self, problem) -> tuple[T.Topology, Mixer]:
