@@ -93,6 +93,7 @@ def _title(path) -> str:
 
 # ---------------------------------------------------------------------------------------------- run
 def _run(args) -> int:
+    from fedopt import algorithms
     from fedopt.problems import VI_PROBLEMS
     from fedopt.run import objective_rose
     from fedopt.sweep.config import ConfigError, load_experiment, parse_experiment
@@ -106,6 +107,9 @@ def _run(args) -> int:
         if value is not None:  # a new dataset, model or method starts from its own defaults
             keep = {k: v for k, v in exp.run.get(section, {}).items() if section == "dataset" and k == "n_clients"}
             exp = exp.override({section: {"name": value, **keep}}, origin=f"--{section}")
+    if not args.config and args.regularizer is None and \
+            algorithms.ALGORITHMS[algorithms.canonical(exp.run["algorithm"]["name"])].smooth_only:
+        exp.run.pop("regularizer", None)  # the default run's elastic net: the method takes phi = 0 only
     synthetic = exp.run["problem"]["name"] in VI_PROBLEMS  # a game: no data set, its own n_clients
     if synthetic and args.dataset is not None:
         raise ConfigError(f"--dataset {args.dataset}: problem {exp.run['problem']['name']!r} is a synthetic operator "

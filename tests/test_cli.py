@@ -99,6 +99,17 @@ def test_run_refuses_a_data_set_for_a_game(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("method", ["scaffold", "scaffnew"])
+def test_run_of_a_method_without_a_prox_leaves_out_the_default_runs_penalty(method, tmp_path, capsys):
+    """The default run's elastic net is for the methods with a prox: `fedopt run --algorithm scaffold` stopped
+    on it, with advice that led to an error in the default run's template."""
+    out = tmp_path / "history.csv"
+    assert main(["run", "--algorithm", method, "--rounds", "2", "--out", str(out)]) == 0
+    assert "zero" in capsys.readouterr().out.split("\n")[0].lower()
+    assert main(["run", "--algorithm", method, "--regularizer", "l1", "--rounds", "2", "--out", str(out)]) == 2
+    assert "is for smooth problems (regularizer Zero)" in capsys.readouterr().err
+
+
 def test_run_help_names_every_problem(capsys):
     from fedopt.problems import PROBLEMS
 

@@ -176,6 +176,8 @@ class Algorithm:
     fixed_point_bias: ClassVar[str] = ""
     #: What ``batch_size=None`` means for the method ("" where it has no meaning and is refused).
     full_batch: ClassVar[str] = "for full local gradients"
+    #: Whether the method has no prox step and takes the regularizer Zero only (its ``check`` refuses others).
+    smooth_only: ClassVar[bool] = False
 
     def __post_init__(self):
         for f in fields(self):  # a flag given as "False" or 0 would count by its truth value

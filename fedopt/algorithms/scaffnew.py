@@ -42,6 +42,7 @@ class Scaffnew(Algorithm):
     """
 
     name = "scaffnew"
+    smooth_only = True
     positive = ("lr_local",)
 
     comm_prob: float = 0.1

@@ -25,6 +25,7 @@ class Scaffold(LocalStepsMethod):
     """
 
     name = "scaffold"
+    smooth_only = True
 
     def check(self, problem, regularizer):
         if type(regularizer).__name__ != "Zero":

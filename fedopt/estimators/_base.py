@@ -36,7 +36,7 @@ FLOAT32_TOL = 1e-5
 #: The methods the estimators run: those with a server (a decentralized method needs a graph, a VI method a game).
 SERVER_METHODS = tuple(name for name, cls in ALGORITHMS.items() if not issubclass(cls, DecentralizedMethod | VIMethod))
 #: The server methods without a prox step: they take no penalty (their ``check`` refuses any regularizer but Zero).
-SMOOTH_METHODS = ("scaffold", "scaffnew")
+SMOOTH_METHODS = tuple(name for name in SERVER_METHODS if ALGORITHMS[name].smooth_only)
 #: The server methods that take ``clients_per_round`` and ``sampling`` (partial participation).
 COHORT_METHODS = tuple(name for name in SERVER_METHODS if "clients_per_round" in _accepted(name))
 #: The partitions of :func:`fedopt.datasets.partition`, and those that split by class label (classifiers only).
