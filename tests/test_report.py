@@ -274,6 +274,19 @@ def test_export_writes_one_row_per_run_and_round(store_path, tmp_path):
     assert {r["status"] for r in speedup} == {"done", "diverged", "failed"}
 
 
+def test_the_export_of_a_sweep_without_stored_runs_is_a_table_of_no_rows(tmp_path):
+    """A sweep interrupted before its first run: the CSV has its header (it was one empty line, which no CSV
+    reader loads as a table)."""
+    path = tmp_path / "s.db"
+    with sweep.Store(path) as store:
+        exp = sweep.parse_experiment(TOML, source="tiny.toml", name="tiny")
+        store.register(exp, exp.expand())
+    out = rep.export(path, tmp_path / "rows.csv", sweep="tiny")
+    with open(out, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        assert list(reader) == [] and reader.fieldnames[:2] == ["sweep", "experiment"] and "round" in reader.fieldnames
+
+
 def test_export_refuses_other_formats_and_names_pyarrow(store_path, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"\.csv or a \.parquet"):
         rep.export(store_path, tmp_path / "rows.xlsx")

@@ -587,7 +587,7 @@ def export(store, path, sweep: str | list[str] | None = None) -> Path:
     (``round``, ``stationarity``, ...). In Parquet, a column whose values are of several kinds (a grid
     point written ``0.05`` beside ``"alpha / Q"``) is text, as in the CSV.
     """
-    from fedopt.sweep.store import Store, head_columns
+    from fedopt.sweep.store import Store, head_columns, no_run_columns
 
     path = check_export(path)
     kind = path.suffix.lower()
@@ -606,6 +606,8 @@ def export(store, path, sweep: str | list[str] | None = None) -> Path:
         head.update(dict.fromkeys(keys[:split]))
         history.update(dict.fromkeys(keys[split:]))
     columns = head_columns(head) + [c for c in history if c not in head]
+    if not rows:  # nothing stored yet: the run columns, so that the file still loads as a table
+        columns = no_run_columns(sweep is not None)
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == ".csv":
         _write_csv(path, rows, columns)

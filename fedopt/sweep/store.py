@@ -239,6 +239,11 @@ def _flatten(table: dict, prefix: str = "") -> dict:
     return out
 
 
+def no_run_columns(by_sweep: bool) -> list[str]:
+    """The columns of :meth:`Store.records` without any run stored: the run's, and the history's first."""
+    return ["sweep"] * by_sweep + ["experiment", "grid", "key", "status", "seed", "round"]
+
+
 def head_columns(columns) -> list[str]:
     """The run and configuration columns of ``columns`` (first seen first), then the grid-point columns: the runs
     of another method or sweep bring configuration fields of their own after the first run's point columns."""
@@ -752,7 +757,7 @@ class Store:
                 rows.append({**head, **row})
         columns = head_columns(heads) + [c for c in history_columns if c not in heads]
         if not rows:
-            columns = ["sweep"] * (ref is not None) + ["experiment", "grid", "key", "status", "seed", "round"]
+            columns = no_run_columns(ref is not None)
         return pd.DataFrame(rows, columns=columns)
 
 
