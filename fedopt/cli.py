@@ -107,8 +107,11 @@ def _run(args) -> int:
         if value is not None:  # a new dataset, model or method starts from its own defaults
             keep = {k: v for k, v in exp.run.get(section, {}).items() if section == "dataset" and k == "n_clients"}
             exp = exp.override({section: {"name": value, **keep}}, origin=f"--{section}")
-    if not args.config and args.regularizer is None and \
-            algorithms.ALGORITHMS[algorithms.canonical(exp.run["algorithm"]["name"])].smooth_only:
+    try:
+        smooth_only = algorithms.ALGORITHMS[algorithms.canonical(exp.run["algorithm"]["name"])].smooth_only
+    except ValueError:  # an unknown method: the validation below names its flag
+        smooth_only = False
+    if not args.config and args.regularizer is None and smooth_only:
         exp.run.pop("regularizer", None)  # the default run's elastic net: the method takes phi = 0 only
     synthetic = exp.run["problem"]["name"] in VI_PROBLEMS  # a game: no data set, its own n_clients
     if synthetic and args.dataset is not None:
