@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 
 def real(name: str, value, low: float = 0.0, *, strict: bool = False, below: float = math.inf,
          hint: str = "") -> float:
@@ -34,3 +36,14 @@ def count(name: str, value, minimum: int = 1, *, none: str = "", hint: str = "")
         allowed = f", or None {none}" if none else ""
         raise ValueError(f"{name} must be an integer >= {minimum}{allowed}, got {value!r}{hint}")
     return int(value)
+
+
+def float_dtype(value, name: str = "dtype") -> np.dtype:
+    """``value`` as float64 or float32, the two precisions of the kernels (not None, not another dtype)."""
+    try:
+        dtype = None if value is None else np.dtype(value)
+    except (TypeError, ValueError):  # not a dtype at all
+        dtype = None
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"{name} must be 'float64' or 'float32', got {value!r}")
+    return dtype

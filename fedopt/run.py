@@ -459,7 +459,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     if resume is not None:
         state = _resumed(resume, method, problem, regularizer, rng)
     else:
-        state = replace(method.init(problem, regularizer, rng, run_start(x0, problem, regularizer, gamma, seed)),
+        state = replace(method.init(problem, regularizer, rng, _run_start(x0, problem, regularizer, gamma, seed)),
                         method=method.name)
     state = replace(state, pre_prox_gamma=None if state.z is None else method.pre_prox_gamma)
     history = History(history_columns(method, state))
@@ -625,7 +625,7 @@ def state_fits(state: State, problem) -> bool:
             and array_module(state.x) is problem.backend.xp)
 
 
-def run_start(x0, problem, regularizer, gamma: float, seed) -> Start:
+def _run_start(x0, problem, regularizer, gamma: float, seed) -> Start:
     """Where a fresh run starts: ``x0`` itself when it is a :class:`Start` (its arrays checked as ``x0``),
     else the prox of the weights ``x0`` (``problem.init(seed)`` for None) with parameter ``gamma``."""
     if isinstance(x0, Start):

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedopt._checks import count
+from fedopt._checks import count, float_dtype
 from fedopt.datasets._dataset import FederatedDataset
 from fedopt.datasets.loaders import _as_pixels, _pixel_storage
 
@@ -239,9 +239,7 @@ def make_fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, n_clients: int
             raise ValueError(f"{name} must be a finite variance >= 0, got {value!r}")
     if test_size is not None and not 0 <= test_size < 1:
         raise ValueError(f"test_size must be a fraction in [0, 1), got {test_size!r}")
-    store = np.dtype(dtype) if isinstance(dtype, (str, type, np.dtype)) else None
-    if store not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    store = float_dtype(dtype)
     if keep_models is None:
         keep_models = n_clients * n_classes * n_features <= _KEEP_MODELS_MAX
     rng = np.random.default_rng(seed)

@@ -37,7 +37,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedopt._backend import Backend, get_backend
-from fedopt._checks import count, real
+from fedopt._checks import count, float_dtype, real
 from fedopt.problems._arguments import PointArguments
 
 
@@ -66,17 +66,6 @@ def _min_singular(value) -> float:
     if number > 1:
         raise ValueError(f"min_singular must be in (0, 1] (a fraction of the largest singular value), got {value!r}")
     return number
-
-
-def _float_dtype(value) -> np.dtype:
-    """``dtype`` checked: float64 or float32, the two precisions of the oracles."""
-    try:
-        dtype = np.dtype(value) if value is not None else None
-    except TypeError:
-        dtype = None
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be 'float64' or 'float32', got {value!r}")
-    return dtype
 
 
 def _coupling(dim_x, dim_y, rng, min_singular):
@@ -121,7 +110,7 @@ class VIProblem(PointArguments):
         self.sigma = real("sigma", sigma)
         self.heterogeneity = real("heterogeneity", heterogeneity)
         self.seed = count("seed", seed, minimum=0)
-        self.dtype = _float_dtype(dtype)
+        self.dtype = float_dtype(dtype)
         self.backend = get_backend(backend)
         self.weights = np.full(self.n_clients, 1.0 / self.n_clients)
         rng = np.random.default_rng(self.seed)
