@@ -380,7 +380,7 @@ def _data(args) -> int:
                              + (f" ({', '.join(manual)}: by hand, `fedopt data ls` says how)" if manual else ""))
         print(f"{args.name}: in {catalog.download(args.name)}")
         return 0
-    for row in catalog.status():
+    for row in catalog.status(name=args.name):
         state = "present" if row["present"] else f"missing {', '.join(row['missing'])}"
         print(f"{row['name']}: {state} in {row['folder']}\n    {row['description']}; used by "
               f"{', '.join(row['papers'])}")
@@ -572,9 +572,10 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("sweep", nargs="?", help="a sweep id or prefix, or an experiment name (its latest sweep)")
     store.set_defaults(handler=_store)
 
-    data = commands.add_parser("data", help="the papers' data sets in the cache: ls, download NAME")
+    data = commands.add_parser("data", help="the papers' data sets in the cache: ls [NAME], download NAME")
     data.add_argument("action", choices=["ls", "download"])
-    data.add_argument("name", nargs="?", help="mnist or fashion_mnist (a9a is downloaded by hand: see ls)")
+    data.add_argument("name", nargs="?", help="ls: only this data set; download: mnist or fashion_mnist "
+                                           "(a9a is downloaded by hand: see ls)")
     data.set_defaults(handler=_data)
 
     listing = commands.add_parser("list", help="algorithms, problems, regularizers, datasets, experiments, backends")

@@ -292,3 +292,13 @@ def test_data_command_lists_and_explains(capsys):
     assert "mnist: missing" in out and "fedopt data download mnist" in out and "a9a and a9a.t" in out
     assert main(["data", "download", "a9a"]) == 2
     assert "cannot be downloaded automatically" in capsys.readouterr().err
+
+
+def test_data_ls_with_a_name_lists_that_data_set_only(capsys):
+    from fedopt.cli import main
+
+    assert main(["data", "ls", "a9a"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("a9a: ") and "mnist:" not in out
+    assert main(["data", "ls", "mnist2"]) == 2
+    assert "no paper data set 'mnist2'" in capsys.readouterr().err

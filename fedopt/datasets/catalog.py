@@ -128,7 +128,7 @@ def present(name: str, path=None, cache_dir=None) -> bool:
     return not missing(name, path, cache_dir)
 
 
-def status(cache_dir=None) -> list[dict]:
+def status(cache_dir=None, name=None) -> list[dict]:
     """One dict per paper data set: ``name``, ``folder``, ``present``, ``missing`` (file names),
     ``description``, ``papers`` and ``how_to_get``.
 
@@ -136,11 +136,13 @@ def status(cache_dir=None) -> list[dict]:
     ----------
     cache_dir : str, Path or None
         The cache root.
+    name : str or None
+        Only this data set (a key of :data:`PAPER_DATA`); default all.
     """
     rows = []
-    for name, entry in PAPER_DATA.items():
-        absent = missing(name, cache_dir=cache_dir)
-        rows.append({"name": name, "folder": folder(name, cache_dir), "present": not absent, "missing": absent,
+    for key in [name] if name is not None else PAPER_DATA:
+        entry, absent = _entry(key), missing(key, cache_dir=cache_dir)
+        rows.append({"name": key, "folder": folder(key, cache_dir), "present": not absent, "missing": absent,
                      "description": entry.description, "papers": list(entry.papers),
                      "how_to_get": entry.how_to_get})
     return rows
