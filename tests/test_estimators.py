@@ -359,11 +359,13 @@ def test_partial_fit_on_a_batch_with_another_mean_starts_from_the_model(algorith
     for _ in range(2):
         est.partial_fit(X[first], y[first], classes=[0, 1])
     coef, intercept, scores = est.coef_.copy(), est.intercept_.copy(), est.decision_function(X)
+    seconds = est.history_["seconds"][-1]
     est.set_params(lr_local=1e-12, lr_server=1e-12).partial_fit(X[second], y[second])
     np.testing.assert_allclose(est.coef_, coef, rtol=0, atol=1e-9)
     np.testing.assert_allclose(est.intercept_, intercept, rtol=0, atol=1e-9)
     np.testing.assert_allclose(est.decision_function(X), scores, rtol=0, atol=1e-9)
     assert est.n_iter_ == 50 and est.history_["round"][-1] == 150  # the rounds are numbered on
+    assert est.history_["seconds"][0] >= seconds  # and timed on
 
 
 def test_partial_fit_restarts_on_another_feature_mean_alone():

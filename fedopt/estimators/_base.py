@@ -257,7 +257,7 @@ class _FederatedEstimator(BaseEstimator):
 
     def _restart(self, problem, regularizer, steps, gamma, previous, seed):
         """The method's initial state at the fitted model ``previous`` (the problem's flat vector),
-        numbered on from the last run, for a ``partial_fit`` that cannot continue the last state.
+        numbered (and timed) on from the last run, for a ``partial_fit`` that cannot continue the last state.
 
         It starts at the pre-prox point ``previous + gamma s``, ``s`` a subgradient of the penalty
         there, so its round-0 model is ``previous`` itself: the rounds move the model, the restart
@@ -267,7 +267,8 @@ class _FederatedEstimator(BaseEstimator):
         pre_prox = previous + gamma * _subgradient(regularizer, previous)
         start = Start.prox_of(regularizer, problem.backend.asarray(pre_prox, dtype=problem.dtype), gamma)
         state = method.restart(problem, regularizer, np.random.default_rng(seed), start, self._state.round)
-        return dataclasses.replace(state, env=None, method=method.name, costs=self._state.costs)
+        return dataclasses.replace(state, env=None, method=method.name, costs=self._state.costs,
+                                   seconds=self._state.seconds)
 
     def _backend(self, X):
         return "numba" if self.backend == "auto" and sp.issparse(X) else self.backend
