@@ -466,6 +466,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
     evaluated = _evaluation_view(method, problem, eval_clients, seed, history)
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     clock = {"start": time.perf_counter() - state.seconds, "evaluating": 0.0}  # a resumed run's clock goes on
+    last_round = state.round + rounds  # a resumed run's progress counts on to it
 
     def record(state):
         problem.backend.synchronize()  # the round's device work belongs to its training time
@@ -481,7 +482,7 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         if callback is not None:
             callback(state, row)
         if show:
-            print(f"\r{method.name}: round {state.round}/{rounds}  stationarity {row['stationarity']:.3e}  "
+            print(f"\r{method.name}: round {state.round}/{last_round}  stationarity {row['stationarity']:.3e}  "
                   f"objective {row['objective']:.6g}", end="", file=sys.stderr, flush=True)
         fired = rule.check(history) if rule is not None else None
         if fired:

@@ -57,11 +57,12 @@ def test_the_same_prox_parameter_resumes_as_one_run(problem):
     np.testing.assert_array_equal(resumed.x, whole.x)
 
 
-def test_a_resumed_run_evaluates_where_one_run_would(problem):
+def test_a_resumed_run_evaluates_where_one_run_would(problem, capsys):
     """Rows used to count from the call: 7 rounds, then 7 more with eval_every=5, at 0 5 7 12 14, not 10."""
     kw = {"batch_size": None, "local_steps": 2, "lr_local": 0.05, "gamma": 1.0, "eval_every": 5}
     first = fedopt.run("fednmap", problem, L1(0.01), rounds=7, **kw)
-    resumed = fedopt.run("fednmap", problem, L1(0.01), rounds=7, resume=first.state, **kw)
+    resumed = fedopt.run("fednmap", problem, L1(0.01), rounds=7, resume=first.state, progress=True, **kw)
+    assert "round 14/14" in capsys.readouterr().err  # the progress counts on too
     whole = fedopt.run("fednmap", problem, L1(0.01), rounds=14, **kw)
     assert list(first.history["round"]) == [0, 5, 7] and list(resumed.history["round"]) == [7, 10, 14]
     assert list(whole.history["round"]) == [0, 5, 10, 14]
