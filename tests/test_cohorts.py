@@ -237,6 +237,19 @@ def test_bad_cohorts_are_refused_with_the_fix():
         np.testing.assert_allclose(run.history["objective"][-1], exact)
 
 
+@pytest.mark.parametrize("name", ["fednmap", "zhang", "fedcanon", "fedcanon2"])
+def test_cohorts_of_one_client_are_refused_where_corrections_would_stay_zero(name):
+    """c_i + ybar - y_i with the one client's own y_i as ybar: the run used to go on uncorrected and settle
+    off the solution (||F_nat||^2 2e-2 after 3000 rounds, where SCAFFOLD's reached 1e-30)."""
+    prob = problem()
+    for cohort in (1, 0.05):  # a count, and a fraction that means one of the 12 clients
+        for sampling in ("uniform", "weighted"):
+            with pytest.raises(ValueError, match=r"cohorts of one client.*clients_per_round >= 2, or scaffold"):
+                fedopt.run(name, prob, regularizer(name), rounds=1,
+                           **options(name, clients_per_round=cohort, sampling=sampling))
+    fedopt.run("scaffold", prob, rounds=1, **options("scaffold", clients_per_round=1))  # a server-held mean
+
+
 def test_numpy_counts_and_fractions_of_clients_are_taken():
     # what GridSearchCV passes from np.arange or np.linspace: ints and floats, so that cohort_size reads them
     for value, taken, size in ((np.int64(4), 4, 4), (np.int32(4), 4, 4), (np.float32(0.5), 0.5, 6),

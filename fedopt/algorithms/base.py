@@ -402,11 +402,18 @@ class CohortRounds:
         return None
 
     def check_problem(self, problem) -> None:
-        """Also refuse cohorts larger than the population, and uniform ones larger than the clients of
-        positive weight (the others are never drawn)."""
+        """Also refuse cohorts larger than the population, uniform ones larger than the clients of
+        positive weight (the others are never drawn), and cohorts of one client for the methods with
+        :attr:`zero_sum` corrections: the cohort's mean ``ybar`` is then its client's own ``y_i``, so
+        ``c_i + ybar - y_i`` never moves and the method runs uncorrected, off the solution."""
         super().check_problem(problem)
         if self.clients_per_round is not None:
             size = self.cohort_size(problem.n_clients)
+            if size == 1 and self.zero_sum and problem.n_clients > 1:
+                raise ValueError(f"clients_per_round={self.clients_per_round!r} gives cohorts of one client, where "
+                                 f"{self.name}'s corrections c_i = c_i + ybar - y_i stay 0 (the cohort's mean is "
+                                 "its client's own message) and the run settles off the solution; use "
+                                 "clients_per_round >= 2, or scaffold, whose server keeps the mean control variate")
             if self.sampling == "uniform":
                 problem.check_cohort(size, "clients_per_round", self.clients_per_round)
 
