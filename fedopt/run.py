@@ -429,7 +429,8 @@ def run(algorithm, problem, regularizer=None, *, rounds: int = 100, seed=0, back
         keeping the model and the subgradient ``(z - x) / g_0`` of phi it holds, as a fresh start
         does; FedDR's and FedADMM's, a sum of their clients' messages, stays), and a decentralized
         method gossips over the ``topology``, ``mixing``, ``edge_prob`` and ``topology_seed`` given
-        here, its nodes keeping their iterates.
+        here, its nodes keeping their iterates (DEPOSITUM's tracker and momentum taking a new
+        ``tracking_rate`` and ``momentum_type``).
 
     Returns
     -------

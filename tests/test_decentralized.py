@@ -271,6 +271,64 @@ def test_a_resumed_run_gossips_over_the_network_it_is_given():
     np.testing.assert_array_equal(ring.x, fedopt.run("prox-dsgt", problem, L1(0.05), rounds=6, **kw).x)
 
 
+@pytest.mark.parametrize("momentum_type", ["polyak", "nesterov"])
+def test_a_run_resumed_with_a_new_tracking_rate_solves_the_new_problem(momentum_type):
+    """resume= used to keep y = beta_0 g with the new beta: ybar - beta gbar = (beta_0 - beta) gbar for
+    good, and the run settled away from the stationary point. y, nu, mu scale to the new beta, so by
+    spec I4 DEPOSITUM(alpha, beta, h) resumed walks DEPOSITUM(alpha beta, 1, h / beta) resumed."""
+    problem, beta, lam = classification(), 0.5, 0.02
+    kw = dict(momentum=0.7, momentum_type=momentum_type, comm_period=3, batch_size=4, seed=5, topology="star")
+    first = fedopt.run("depositum", problem, L1(lam), rounds=3, lr=0.4, tracking_rate=1.0, **kw)
+    a = trajectory("depositum", problem, L1(lam), 6, lr=0.4, tracking_rate=beta, resume=first.state, **kw)
+    b = trajectory("depositum", problem, L1(lam / beta), 6, lr=0.4 * beta, tracking_rate=1.0, resume=first.state, **kw)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    resumed = fedopt.run("depositum", problem, L1(lam), rounds=2, lr=0.4, tracking_rate=beta, resume=first.state, **kw)
+    Y, G = resumed.state.vars["Y"], resumed.state.vars["G"]
+    np.testing.assert_allclose(Y.mean(axis=0), beta * G.mean(axis=0), atol=1e-14)  # spec I1 with the new beta
+    # full gradients, phi = 0: the resumed run reaches the least-squares solution
+    problem = regression()
+    g0 = problem.grad(np.zeros(problem.n_params))
+    H = np.column_stack([problem.grad(e) - g0 for e in np.eye(problem.n_params)])
+    kw = dict(lr=0.05, batch_size=None, comm_period=2, momentum=0.5, momentum_type=momentum_type)
+    first = fedopt.run("depositum", problem, Zero(), rounds=2, tracking_rate=1.0, **kw)
+    resumed = fedopt.run("depositum", problem, Zero(), rounds=2000, tracking_rate=beta, resume=first.state,
+                         eval_every=2000, **kw)
+    np.testing.assert_allclose(resumed.x, np.linalg.solve(H, -g0), rtol=0, atol=1e-10)
+
+
+def test_batched_runs_with_their_own_tracking_rates_resume_as_single_runs():
+    problem, reg = regression(), L1(0.01)
+    kw = dict(rounds=3, batch_size=4, comm_period=2, lr=0.05)
+    batched = fedopt.run_batch("depositum", problem, reg, seeds=[0, 1], tracking_rate=[0.5, 1.0], **kw)
+    for seed, beta, result in zip([0, 1], [0.5, 1.0], batched, strict=True):
+        single = fedopt.run("depositum", problem, reg, seed=seed, tracking_rate=beta, **kw)
+        assert result.state.vars["tracking_rate"] == single.state.vars["tracking_rate"] == beta
+        np.testing.assert_array_equal(
+            fedopt.run("depositum", problem, reg, seed=seed, tracking_rate=0.7, resume=result.state, **kw).x,
+            fedopt.run("depositum", problem, reg, seed=seed, tracking_rate=0.7, resume=single.state, **kw).x)
+
+
+def test_a_run_resumed_with_the_other_momentum_type_takes_its_average_of_y():
+    """Polyak's nu (10) and Nesterov's mu (11a) are the same average of y: resuming a Polyak run with
+    momentum_type="nesterov" used to fail with KeyError: 'MU'; it takes mu = nu, and the way back nu = mu."""
+    problem, reg = regression(), L1(0.01)
+    kw = dict(lr=0.05, batch_size=None, comm_period=2)
+    polyak = fedopt.run("depositum", problem, reg, rounds=3, **kw)
+    nesterov = Depositum(momentum_type="nesterov", **kw)
+    state = nesterov.resume(polyak.state)
+    np.testing.assert_array_equal(state.vars["MU"], polyak.state.vars["NU"])
+    resumed = fedopt.run("depositum", problem, reg, rounds=3, momentum_type="nesterov", resume=polyak.state, **kw)
+    np.testing.assert_array_equal(resumed.x, fedopt.run("depositum", problem, reg, rounds=3, momentum_type="nesterov",
+                                                        resume=state, **kw).x)
+    back = Depositum(**kw).resume(resumed.state)
+    assert "MU" not in back.vars
+    np.testing.assert_array_equal(back.vars["NU"], resumed.state.vars["MU"])
+    # both reach the fixed point of a fresh run
+    fresh = fedopt.run("depositum", problem, reg, rounds=1500, momentum_type="nesterov", **kw)
+    resumed = fedopt.run("depositum", problem, reg, rounds=1500, momentum_type="nesterov", resume=polyak.state, **kw)
+    np.testing.assert_allclose(resumed.x, fresh.x, rtol=0, atol=1e-10)
+
+
 # ---------------------------------------------------------------- experiments
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_depositum_experiments_load_and_expand(name):

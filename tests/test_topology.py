@@ -123,6 +123,19 @@ def test_bad_mixing_matrices_are_refused_with_the_reason(W, message):
         T.make(W, len(W))
 
 
+def test_lazy_mixing_of_a_matrix_with_an_eigenvalue_minus_one_follows_the_advice():
+    """A 4-cycle without self-weights (eigenvalue -1) is refused with the advice mixing='lazy', which
+    used to fail the same check: make built Topology(W) before taking (I + W) / 2."""
+    W = np.array([[0, 0.5, 0, 0.5], [0.5, 0, 0.5, 0], [0, 0.5, 0, 0.5], [0.5, 0, 0.5, 0]])
+    with pytest.raises(ValueError, match="mixing='lazy'"):
+        T.make(W, 4)
+    lazy = T.make(W, 4, mixing="lazy")
+    np.testing.assert_array_equal(lazy.mixing, (np.eye(4) + W) / 2)
+    assert lazy.lam == pytest.approx(0.5) and lazy.lambda_min >= -1e-15
+    with pytest.raises(ValueError, match="not doubly stochastic"):  # lazy does not excuse an invalid W
+        T.make(W * 0.9, 4, mixing="lazy")
+
+
 def test_bad_topology_arguments_are_refused_clearly():
     with pytest.raises(ValueError, match="topology='rnig' is unknown; choose one of 'ring', 'complete'"):
         T.make("rnig", 5)

@@ -93,8 +93,30 @@ class Depositum(DecentralizedMethod):
         work = self._workspace(state)
         self._iteration(state.env, mixer, work, False, self.draw_rows(state.env))  # t = 0
         n = problem.n_clients
+        beta = self.tracking_rate  # kept for resume; a batch's (R, 1, 1) values as its per-run scalars, (R,)
         return replace(state, x=problem.node_mean(work["X"]), costs=Costs(grad_evals=n, prox_evals=n),
-                       vars={**state.vars, **{k: work[k] for k in ("X", *arrays)}})
+                       vars={**state.vars, **{k: work[k] for k in ("X", *arrays)},
+                             "tracking_rate": beta.reshape(-1) if getattr(beta, "ndim", 0) else beta})
+
+    def resume(self, state):
+        """Also brings the momentum and the tracker to this instance's ``momentum_type`` and
+        ``tracking_rate``. Polyak's nu (10) and Nesterov's mu (11a) are the same average of y, so a
+        Nesterov run takes mu = nu from a Polyak state and a Polyak run nu = mu from a Nesterov one
+        (Nesterov's nu is recomputed from mu every iteration). y, nu and mu are linear in ``beta g``
+        (spec I4): they are rescaled by ``beta / beta_0``, so that ``ybar = beta gbar`` (spec I1)
+        holds for the new beta as in a fresh run."""
+        arrays = dict(state.vars)
+        if self.momentum_type == "nesterov" and "MU" not in arrays:
+            arrays["MU"] = arrays["NU"].copy()
+        elif self.momentum_type == "polyak" and "MU" in arrays:
+            arrays["NU"] = arrays.pop("MU")
+        old, beta = arrays.get("tracking_rate", self.tracking_rate), self.tracking_rate
+        if old != beta:
+            for name in ("NU", "MU", "Y"):
+                if name in arrays:
+                    arrays[name] = arrays[name] * (beta / old)
+        arrays["tracking_rate"] = beta
+        return super().resume(replace(state, vars=arrays))
 
     def round(self, state):
         env, graph, mixer = state.env, state.vars["topology"], state.vars["mixer"]

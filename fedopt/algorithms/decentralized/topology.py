@@ -265,9 +265,9 @@ def make(topology, n: int, mixing: str = "metropolis", edge_prob: float | None =
         if not isinstance(topology, (np.ndarray, list, tuple)):
             raise TypeError(f"topology must be a name ({', '.join(TOPOLOGIES)}), a Topology, an (n, n) mixing matrix "
                             f"or a networkx graph, got {type(topology).__name__}")
-        topology = Topology(topology)
-        if mixing == "lazy":
-            topology = topology.lazy()
+        W = check_mixing(topology)
+        # lazy before Topology's lambda < 1 check, which a W with an eigenvalue -1 fails and (I + W) / 2 passes
+        topology = Topology((np.eye(len(W)) + W) / 2 if mixing == "lazy" else W)
     elif mixing == "lazy":
         topology = topology.lazy()
     if topology.n != n:
