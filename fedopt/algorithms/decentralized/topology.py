@@ -75,7 +75,7 @@ class Topology:
         if not self.lam < 1 - 1e-12:
             raise ValueError(f"topology: the mixing matrix has lambda = ||W - 11^T/n||_2 = {self.lam:.6g}, so gossip "
                              "never reaches consensus (an eigenvalue -1: a bipartite graph without self-weights); "
-                             "use mixing='lazy', i.e. W = (I + W) / 2")
+                             "use mixing='lazy' in fedopt.run or make, i.e. Topology((I + W) / 2)")
 
     # ---- constructors
     @classmethod
