@@ -308,6 +308,20 @@ def test_batched_runs_with_their_own_tracking_rates_resume_as_single_runs():
             fedopt.run("depositum", problem, reg, seed=seed, tracking_rate=0.7, resume=single.state, **kw).x)
 
 
+def test_a_uniform_run_batched_with_sample_weighted_ones_is_bit_for_bit_a_single_run():
+    """n w_i of 1/n rounds to 1 - 1e-16 for n = 49: a single uniform run skips that scale, and a batch that
+    scaled every run once one was weighted moved the uniform run's last bits."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(980, 8))
+    data = partition(X, (X[:, 0] > 0).astype(int), 49, "dirichlet", alpha=50.0, seed=0)
+    uniform, samples = (Logistic(data, weights=weights) for weights in ("uniform", "samples"))
+    assert np.abs(uniform.weights * 49 - 1).max() > 0 and np.ptp(samples.weights) > 0
+    kw = dict(rounds=4, lr=0.05, batch_size=4)
+    batched = fedopt.run_batch("prox-dsgt", [uniform, samples], L1(0.01), seeds=[0, 1], **kw)
+    for problem, seed, result in zip([uniform, samples], [0, 1], batched, strict=True):
+        np.testing.assert_array_equal(result.x, fedopt.run("prox-dsgt", problem, L1(0.01), seed=seed, **kw).x)
+
+
 def test_a_run_resumed_with_the_other_momentum_type_takes_its_average_of_y():
     """Polyak's nu (10) and Nesterov's mu (11a) are the same average of y: resuming a Polyak run with
     momentum_type="nesterov" used to fail with KeyError: 'MU'; it takes mu = nu, and the way back nu = mu."""

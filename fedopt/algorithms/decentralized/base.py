@@ -100,7 +100,9 @@ class DecentralizedMethod(Algorithm):
         problem = env.problem
         problem.client_grad(X, rows, out=out)
         weights = problem.weights * problem.n_clients
-        if np.abs(weights - 1).max() > 1e-12:  # uniform weights: f_i itself
+        uniform = np.abs(weights - 1) <= 1e-12  # f_i itself: n w_i of 1/n rounds to 1 - 1e-16
+        if not uniform.all():  # a batch's uniform runs keep scale 1 beside the others, as each alone does
+            weights = np.where(uniform, 1.0, weights)
             out *= problem.backend.xp.asarray(weights[..., None], dtype=out.dtype)  # (n, 1) or a batch's (R, n, 1)
         return out
 
