@@ -441,10 +441,7 @@ def _batch_size(problem, method, count: int, max_batch: int | None) -> int:
     if max_batch is not None and (isinstance(max_batch, bool) or int(max_batch) != max_batch or max_batch < 1):
         raise ValueError(f"max_batch must be an integer >= 1 or None, got {max_batch!r}")
     size = count if max_batch is None else min(count, int(max_batch))
-    n, p, itemsize = problem.n_clients, problem.n_params, problem.dtype.itemsize
-    samples = (getattr(method, "batch_size", None) or 0) * getattr(method, "local_steps", 1)
-    # about ten client arrays (state, iterates, gradients, temporaries) and the minibatch draws
-    per_run = n * (10 * p * itemsize + 16 * samples)
+    per_run = _run_bytes(problem, method)
     free = _free_memory(problem.backend)
     fits = max(1, int(free // 2 // per_run)) if free else size
     if fits < size:
@@ -452,6 +449,16 @@ def _batch_size(problem, method, count: int, max_batch: int | None) -> int:
                       f"({free / 2**30:.2f} GiB): running them in batches of {fits}", BatchSplitWarning, stacklevel=3)
         size = fits
     return size
+
+
+def _run_bytes(problem, method) -> int:
+    """About the memory one run of a batch takes at once: ten client arrays (state, iterates, gradients,
+    temporaries), the minibatch draws, and the noise a VI round draws up front (each run's draw and the
+    batch's stacked copy)."""
+    n, p, itemsize = problem.n_clients, problem.n_params, problem.dtype.itemsize
+    samples = (getattr(method, "batch_size", None) or 0) * getattr(method, "local_steps", 1)
+    draws = method.round_draws(problem) if hasattr(method, "round_draws") else 0
+    return n * ((10 + 2 * draws) * p * itemsize + 16 * samples)
 
 
 def _free_memory(backend) -> int | None:

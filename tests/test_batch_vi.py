@@ -3,10 +3,13 @@ values, bit for bit on the CPU (model, every history column, the final state).""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
 import fedopt
+from fedopt import batch
 from fedopt.algorithms.vi import VI_METHODS
 from fedopt.batch import BatchVIProblem, batch_problem
 from fedopt.problems.vi import BilinearGame, L1BilinearGame, QuadraticGame, SmoothGame
@@ -144,3 +147,31 @@ def test_a_default_inner_step_and_a_number_do_not_stack():
     for values in ([0.1, None], [None, 0.1]):
         with pytest.raises(ValueError, match=r"only with one value of lr_inner, got (0\.1, None|None, 0\.1);"):
             fedopt.run_batch("lippax", problem, seeds=[0, 1], rounds=2, lr_inner=values)
+
+
+@pytest.mark.parametrize(("method", "extra"), [
+    ("slippax", {"local_steps": 16, "inner_steps": 4}),
+    ("lippax", {"local_steps": 16, "inner_steps": 4}),
+    ("local-extra-sgd", {"local_steps": 64}),
+    ("local-dual-extrapolation", {"local_steps": 64}),
+    ("local-sgda", {"local_steps": 64, "lr_local": 0.01}),
+])
+def test_a_batch_is_sized_by_the_noise_its_rounds_draw(method, extra, monkeypatch):
+    """A VI round draws its noise up front, a client array per oracle call (SLIPPAX's perturbations
+    too), and the batch stacks the runs' draws: the memory estimate covers that, within a small
+    factor, and a batch that needs more than half the free memory is split."""
+    game = BilinearGame(dim=50, n_clients=8, sigma=1.0, seed=0, backend="numpy")
+    kwargs = {"rounds": 1, "lr_local": 0.05, **extra}
+    seeds = [0, 1, 2, 3]
+    fedopt.run_batch(method, game, seeds=[0], **kwargs)  # the game's cached solution stays out of the trace
+    tracemalloc.start()
+    try:
+        fedopt.run_batch(method, game, seeds=seeds, **kwargs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    estimate = len(seeds) * batch._run_bytes(game, fedopt.algorithms.make(method, **extra))
+    assert peak <= estimate <= 4 * peak
+    monkeypatch.setattr(batch, "_free_memory", lambda backend: peak)
+    with pytest.warns(batch.BatchSplitWarning, match="batches of"):
+        fedopt.run_batch(method, game, seeds=seeds, **kwargs)

@@ -97,6 +97,7 @@ def test_noise_has_total_variance_sigma_squared_and_comes_from_the_run_generator
     (lambda: RobustLeastSquares(n_samples=3, n_features=5), "n_samples"),
     (lambda: QuadraticGame(mu=0, coupling=0), "mu"),
     (lambda: L1BilinearGame(lam=0), "lam"),
+    (lambda: L1BilinearGame(n_x=4, n_y=12), r"n_y must be <= n_x .* got n_x=4, n_y=12"),
     (lambda: BilinearGame(min_singular=2.0), r"min_singular must be in \(0, 1\]"),
     (lambda: QuadraticGame(min_singular=1.5), r"min_singular must be in \(0, 1\]"),
     (lambda: SmoothGame(min_singular=100.0), r"min_singular must be in \(0, 1\]"),
@@ -105,6 +106,17 @@ def test_noise_has_total_variance_sigma_squared_and_comes_from_the_run_generator
 def test_bad_problem_options_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_l1_bilinear_game_without_a_solution_is_refused(monkeypatch):
+    """Two equal rows of A with other entries of c: A x = c has no solution, and the least-squares point is none."""
+    game = L1BilinearGame(n_x=4, n_y=3)
+    M, h = game.affine_parts()
+    M = M.copy()
+    M[5] = M[4]
+    monkeypatch.setattr(game, "affine_parts", lambda: (M, h))
+    with pytest.raises(ValueError, match=r"A x = c has no solution"):
+        game.solution(Zero())
 
 
 @pytest.mark.parametrize("name", sorted(VI_PROBLEMS))

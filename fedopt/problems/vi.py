@@ -452,7 +452,7 @@ class RobustLeastSquares(QuadraticSaddle):
 class L1BilinearGame(QuadraticSaddle):
     """P6 (Bai & Bullins' recipe, without the box): ``min_x max_y <A x - b, y> + lam ||x||_1 - lam ||y||_1``.
 
-    ``A in R^{n_y x n_x}`` and b have ``U[-1, 1]`` entries scaled by ``1/sqrt(n_x)``; in VI form
+    ``A in R^{n_y x n_x}`` (``n_y <= n_x``) and b have ``U[-1, 1]`` entries scaled by ``1/sqrt(n_x)``; in VI form
     ``V(x, y) = (A^T y, b - A x)`` and ``phi(z) = lam ||z||_1``, which is the problem's own
     :attr:`regularizer` (``L1(lam)``): its :meth:`solution` is the composite one, and runs and
     sweeps that name no regularizer use it. Without phi the game has many solutions (A is wide);
@@ -465,6 +465,9 @@ class L1BilinearGame(QuadraticSaddle):
         from fedopt.regularizers import L1
 
         self._shape = (count("n_y", n_y), count("n_x", n_x))
+        if self._shape[0] > self._shape[1]:
+            raise ValueError(f"n_y must be <= n_x (A is n_y x n_x and wide, so that A x = c has solutions), got "
+                             f"n_x={n_x}, n_y={n_y}; swap them or lower n_y")
         self.lam = real("lam", lam, strict=True)
         self.regularizer = L1(self.lam)
         super().__init__(**options)
@@ -481,7 +484,12 @@ class L1BilinearGame(QuadraticSaddle):
 
     def _solve(self):
         M, h = self.affine_parts()
-        return np.linalg.lstsq(M, -h, rcond=None)[0]  # the minimum-norm solution of the smooth game
+        z = np.linalg.lstsq(M, -h, rcond=None)[0]  # the minimum-norm solution of the smooth game
+        residual = np.linalg.norm(M @ z + h)
+        if residual > 1e-8 * (np.linalg.norm(M) * np.linalg.norm(z) + np.linalg.norm(h)):
+            raise ValueError(f"{type(self).__name__}: A x = c has no solution (||V(z)|| = {residual:.3g} at the "
+                             "least-squares point), so the game has none: A needs independent rows; use another seed")
+        return z
 
 
 class SmoothGame(BilinearGame):

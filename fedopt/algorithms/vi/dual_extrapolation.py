@@ -51,6 +51,9 @@ class LocalDualExtrapolation(LocalVIMethod):
         point = anchor + Y
         return regularizer.prox(point, t * eta) if t > 0 else point
 
+    def round_draws(self, problem):
+        return 2 * self.local_steps if problem.sigma else 0
+
     def round(self, state):
         env = state.env
         problem, reg, anchor = env.problem, env.regularizer, state.vars["start"]

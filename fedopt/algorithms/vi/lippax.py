@@ -104,6 +104,11 @@ class LIPPAX(LocalVIMethod):
         """delta of the Gaussian smoothing (None: plain LIPPAX)."""
         return None
 
+    def round_draws(self, problem):
+        """The noise of ``K (H + 1)`` oracle calls, and SLIPPAX's ``K H`` perturbations."""
+        K, H = self.local_steps, self.inner_steps
+        return (K * (H + 1) if problem.sigma else 0) + (0 if self.smoothing(problem) is None else K * H)
+
     def round(self, state):
         env = state.env
         problem, eta, steps, H = env.problem, self.lr_local, self.local_steps, self.inner_steps

@@ -34,6 +34,9 @@ class LocalExtraSGD(LocalVIMethod):
 
     average_extrapolation: bool = True
 
+    def round_draws(self, problem):
+        return 2 * self.local_steps if problem.sigma else 0
+
     def round(self, state):
         env = state.env
         problem, eta, steps = env.problem, self.lr_local, self.local_steps

@@ -23,6 +23,9 @@ class LocalSGDA(LocalVIMethod):
 
     name = "local-sgda"
 
+    def round_draws(self, problem):
+        return self.local_steps if problem.sigma else 0
+
     def round(self, state):
         env = state.env
         problem, eta, steps = env.problem, self.lr_local, self.local_steps

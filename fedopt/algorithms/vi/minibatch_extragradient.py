@@ -26,6 +26,9 @@ class MinibatchExtragradient(VIMethod):
 
     batch_size: int = 10
 
+    def round_draws(self, problem):
+        return 2 if problem.sigma else 0
+
     def round(self, state):
         env = state.env
         problem, eta = env.problem, self.lr_local
