@@ -46,6 +46,7 @@ from fedopt.run import (
     nonfinite_runs,
     run_generator,
 )
+from fedopt.run import _run_start as run_start  # a batch's runs start where each alone would
 
 
 class BatchSplitWarning(UserWarning):
@@ -370,8 +371,8 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
         method.check(problem, reg)
         gammas.append(metric_step(method, reg, gamma))
     type(methods[0]).stack(methods, np, np.float64)  # refuse runs that cannot share a batch before any work
-    x0s = [problem.start_point(x, seed)
-           for problem, x, seed in zip(problems, _per_run("x0", x0, count, vector=True), seeds, strict=True)]
+    starts = [run_start(x, problem, reg, gamma, seed) for problem, reg, gamma, x, seed in
+              zip(problems, regularizers, gammas, _per_run("x0", x0, count, vector=True), seeds, strict=True)]
     size = _batch_size(problems[0], methods[0], count, max_batch)
     show = sys.stderr.isatty() and rounds >= 100 if progress is None else bool(progress)
     results = [None] * count
@@ -379,7 +380,7 @@ def run_batch(algorithm, problem, regularizer=None, *, rounds: int = 100, seeds,
         for first in range(0, len(group), size):
             part = group[first:first + size]
             per_run = [[values[r] for r in part] for values in (problems, methods, regularizers, seeds, generators,
-                                                                 gammas, x0s)]
+                                                                 gammas, starts)]
             for r, result in zip(part, _Batch(*per_run, rule, tol, show, callback, stop).run(rounds, eval_every),
                                  strict=True):
                 results[r] = result
@@ -428,7 +429,8 @@ _NOT_BATCHED = {
 
 def _per_run(name, value, count, vector=False) -> list:
     """One value per run: a list or tuple of ``count`` values, or one value repeated."""
-    if isinstance(value, (list, tuple)) and not (vector and value and np.ndim(value[0]) == 0):
+    if isinstance(value, (list, tuple)) and not (vector and value and np.ndim(value[0]) == 0
+                                                 and not isinstance(value[0], Start)):
         if len(value) != count:
             raise ValueError(f"{name} lists {len(value)} values for {count} seeds: give one value per seed, "
                              "or one value for all runs")
@@ -474,8 +476,8 @@ def _free_memory(backend) -> int | None:
 class _Batch:
     """One batch's rounds; runs leave it as they stop."""
 
-    def __init__(self, problems, methods, regularizers, seeds, generators, gammas, x0s, rule, tol, show, callback=None,
-                 stop=None):
+    def __init__(self, problems, methods, regularizers, seeds, generators, gammas, starts, rule, tol, show,
+                 callback=None, stop=None):
         self.problems, self.methods, self.seeds, self.gammas = problems, methods, seeds, gammas
         self.regularizers, self.rule, self.tol, self.show, self.callback = regularizers, rule, tol, show, callback
         self.stop = stop
@@ -485,10 +487,10 @@ class _Batch:
         self.results: list[Result | None] = [None] * count
         self.active = list(range(count))  # the runs still in the batch, by position
         self.seconds = np.zeros(count)
-        starts = [Start.prox_of(reg, backend.asarray(x0, dtype=self.dtype), gamma)
-                  for reg, gamma, x0 in zip(regularizers, gammas, x0s, strict=True)]
-        stacked = [self.xp.stack([getattr(s, name) for s in starts])[:, None] for name in ("x", "subgradient")]
-        start = Start(*stacked)
+        xs = [backend.asarray(start.x, dtype=self.dtype) for start in starts]
+        subgradients = [self.xp.zeros_like(x) if s.subgradient is None else  # unknown: z_0 = x_0, as in init
+                        backend.asarray(s.subgradient, dtype=self.dtype) for x, s in zip(xs, starts, strict=True)]
+        start = Start(*(self.xp.stack(arrays)[:, None] for arrays in (xs, subgradients)))
         env = Env(batch_problem(problems), BatchRegularizer(regularizers, backend), generators)
         self.gamma = self._per_run_value(gammas)
         self.state = self.method.init(env.problem, env.regularizer, env.rng, start)

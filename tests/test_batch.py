@@ -8,6 +8,7 @@ from sklearn.datasets import make_classification
 
 import fedopt
 from fedopt import batch
+from fedopt.algorithms import Start
 from fedopt.datasets import partition
 from fedopt.problems import MLP, LeastSquares, Logistic
 from fedopt.regularizers import L1, MCP, GroupLasso, Zero
@@ -294,6 +295,21 @@ def test_runs_stopped_at_round_0_keep_their_verdict(data):
                                      x0=[huge, np.zeros(problem.n_params)])
     assert nan_run.error is not None and nan_run.error.rule == "nonfinite" and len(nan_run.history) == 0
     assert fine.error is None and len(fine.history) == 1
+
+
+@pytest.mark.parametrize("method", ["fednmap", "fedcanon"])
+def test_runs_start_from_a_start_as_single_runs_do(data, method):
+    """x0=result.start, fedopt.run's warm start at a model, raised TypeError in a batch (one Start, or one per run)."""
+    problem, common = logistic(data), {"rounds": 3, "batch_size": 6, "local_steps": 2, "lr_local": 0.05}
+    first = fedopt.run(method, problem, L1(0.02), seed=0, **common)
+    start = first.start
+    starts = [start, Start(first.x)]  # with and without a subgradient
+    for x0 in (start, starts):
+        results = fedopt.run_batch(method, problem, L1(0.02), seeds=[1, 2], x0=x0, **common)
+        for r, result in enumerate(results):
+            single = fedopt.run(method, problem, L1(0.02), seed=r + 1, x0=x0 if x0 is start else starts[r], **common)
+            assert_same_run(single, result)
+            np.testing.assert_array_equal(result.history["objective"][0], single.history["objective"][0])
 
 
 def test_callback_follows_every_evaluation(data):
