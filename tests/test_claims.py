@@ -128,6 +128,14 @@ def test_a_claimed_best_that_lost_a_seed_the_other_finished_fails_though_the_oth
     assert v.verdict == "holds" and "paired over 7 seeds" in v.lines[0]
 
 
+def test_a_seed_the_claimed_best_lost_where_the_other_failed_or_is_not_stored_is_left_out():
+    points = {("a", 4): LOW, ("b", 4): HIGH}
+    for other in ("failed", None):  # an exception, or not run yet: the other's outcome is unknown
+        [v] = C.check([claim()], members(points, status={("a", 4, 3): "diverged", ("b", 4, 3): other}))
+        assert v.verdict == "holds" and "paired over 7 seeds" in v.lines[0]
+        assert "(a: 1 of 8 seeds diverged, b: 1 of 8 seeds not done)" in v.lines[0]
+
+
 def test_a_claim_along_an_axis_of_tables_gets_a_verdict():
     text = TINY.replace('slope = "dataset.n_clients"', "divergence = [false, { objective_factor = 10.0 }]") + """
 [[claim]]
@@ -208,6 +216,14 @@ def test_slope_claim_uses_the_points_whose_seeds_are_all_done():
     assert "a: 1 of 8 seeds at or below 0 (no logarithm)" in v.lines[0] and "not done" not in v.lines[0]
 
 
+def test_a_slope_claim_on_the_linear_scale_still_leaves_out_the_points_at_or_below_0():
+    finals = {("a", n): [n ** -1.0 * (1 + 0.01 * s) for s in range(3)] for n in (2, 4, 8, 16)}
+    slope = claim(kind="slope", axis="dataset.n_clients", values=[], interval=(-1.1, -0.9), scale="linear")
+    [v] = C.check([slope], members({**finals, ("a", 32): [0.0, 0.0, 0.0]}))
+    assert v.verdict == "holds" and "over 4 points" in v.lines[0]
+    assert "1 point left out: 1 with a seed at or below 0 (no logarithm)" in v.lines[0]
+
+
 def test_slope_points_whose_axis_value_has_no_logarithm_are_named_as_left_out():
     finals = {("a", n): [max(n, 1) ** -1.0 * (1 + 0.01 * s) for s in range(3)] for n in (0, 2, 4, 8, 16)}
     [v] = C.check([claim(kind="slope", axis="dataset.n_clients", values=[], interval=(-1.1, -0.9))], members(finals))
@@ -223,6 +239,12 @@ def test_an_axis_without_logarithm_is_named_in_full_beside_an_axis_of_the_same_s
     [v] = C.check([claim(kind="slope", axis="algorithm.gamma", values=[], interval=(-1.1, -0.9))], runs)
     assert len(v.lines) == 2 and all(line.startswith("regularizer.gamma=") for line in v.lines)
     assert all(line.endswith("no logarithm at algorithm.gamma=0 (not a number > 0)") for line in v.lines)
+
+
+def test_a_within_claims_tolerance_is_printed_as_given():
+    assert "a, b within 0.4% of each other" in C.describe(claim(kind="within", tolerance=0.004))
+    assert "a, b within 25% of each other" in C.describe(claim(kind="within", tolerance=0.25))
+    assert "a, b within 0.004 of each other" in C.describe(claim(kind="within", tolerance=0.004, scale="linear"))
 
 
 CLAIMED = TINY + """

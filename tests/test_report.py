@@ -14,6 +14,7 @@ import pytest
 
 from fedopt import sweep
 from fedopt.cli import CLAIM_FAILED, main
+from fedopt.sweep import claims
 
 rep = importlib.import_module("fedopt.sweep.report")
 
@@ -120,7 +121,8 @@ def test_runs_stopped_as_stalled_are_counted_with_the_diverged_and_named():
 
 def test_a_setting_with_too_few_complete_points_says_so():
     rows = [({"dataset.n_clients": n}, {"seeds": 2, "done": done, "diverged": 2 - done, "failed": 0, "missing": 0,
-                                       "stationarity_mean": 1.0 / n}) for n, done in ((4, 2), (8, 1), (16, 0))]
+                                       "stationarity_mean": 1.0 / n, "stationarity_min": 1.0 / n})
+            for n, done in ((4, 2), (8, 1), (16, 0))]
     grid = {"name": "g", "slope": "dataset.n_clients", "varied": ["dataset.n_clients"]}
     slopes, unfitted = rep._slopes("e", grid, rows)
     assert slopes == [] and unfitted == ["e/g: not fitted, 1 point to fit (a slope needs 2); 2 points left out "
@@ -130,7 +132,7 @@ def test_a_setting_with_too_few_complete_points_says_so():
 def test_points_without_a_logarithm_are_named_as_left_out_of_the_slope():
     def row(x, value):
         return {"dataset.n_clients": x}, {"seeds": 1, "done": 1, "diverged": 0, "failed": 0, "missing": 0,
-                                          "stationarity_mean": value}
+                                          "stationarity_mean": value, "stationarity_min": value}
 
     grid = {"name": "g", "slope": "dataset.n_clients", "varied": ["dataset.n_clients"]}
     (slope,), _ = rep._slopes("e", grid, [row(4, 0.5), row(8, 0.25), row(16, 0.0)])
@@ -139,6 +141,25 @@ def test_points_without_a_logarithm_are_named_as_left_out_of_the_slope():
     assert rep._slopes("e", grid, [row("a", 0.5), row("b", 0.25)]) == ([], [
         "e/g: not fitted, 0 points to fit (a slope needs 2); 2 points left out (no logarithm at n_clients=a (not a "
         "number > 0), n_clients=b (not a number > 0))"])
+
+
+@pytest.mark.parametrize("metric", ["stationarity", "nnz"])
+def test_a_point_with_a_seed_at_0_is_named_and_left_out_of_the_slope_as_the_slope_claim_does(metric):
+    # n = 32 has a mean > 0 over its seeds, but one seed's 0 has no logarithm
+    runs = [{"grid": "g", "labels": {"dataset.n_clients": n, "seed": seed}, "status": "done", "run_seconds": 1.0,
+             "history": None, "final": {"stationarity": value, "nnz": value, "objective": 1.0, "test_accuracy": 0.9,
+                                        "prox_evals": 1, "grad_evals": 1}}
+            for n in (4, 8, 16, 32) for seed, value in enumerate([1 / n, 0.0 if n == 32 else 1 / n])]
+    rows = [({"dataset.n_clients": n}, rep._stats([r for r in runs if r["labels"]["dataset.n_clients"] == n], metric))
+            for n in (4, 8, 16, 32)]
+    grid = {"name": "g", "slope": "dataset.n_clients", "varied": ["dataset.n_clients"], "metric": metric}
+    (slope,), _ = rep._slopes("e", grid, rows)
+    assert slope.points == 3 and math.isclose(slope.slope, -1.0) and slope.left_out == 1
+    assert f"1 point left out (no logarithm at n_clients=32 with final {metric} 0 in a seed)" in str(slope)
+    claim = claims.Claim(name="c", kind="slope", grid="g", axis="dataset.n_clients", metric=metric,
+                         interval=(-1.1, -0.9))
+    [verdict] = claims.check([claim], runs)
+    assert "slope -1.000" in verdict.lines[0] and "over 3 points" in verdict.lines[0]
 
 
 def test_report_check_exits_1_on_failed_or_missing_runs_as_sweep_check_does(tmp_path, capsys):

@@ -24,8 +24,9 @@ Kinds (``values`` and ``interval`` as the kind needs them):
 
 * ``best``: ``values[0]`` beats each of the others; ``order``: each value beats the next one.
 * ``slope``: the least-squares slope of ``log mean_seeds metric`` against ``log axis`` (the
-  report's slope, over the grid points whose seeds are all done) lies in ``interval``; the axis
-  needs 3 numbers > 0 (a slope's interval needs 3 points), and its other values are left out.
+  report's slope, over the grid points whose seeds are all done above 0, on any ``scale``) lies in
+  ``interval``; the axis needs 3 numbers > 0 (a slope's interval needs 3 points), and its other
+  values are left out.
 * ``ratio`` / ``difference``: ``values[0]`` over (minus) ``values[1]`` lies in ``interval``
   (``inf`` and ``-inf`` allowed); a ratio is always compared on the log scale, a difference on
   the linear one; a ratio of positive values is > 0, so its interval needs ``high > 0``.
@@ -42,9 +43,10 @@ out, so that a hard seed lost on one side does not bias the other side's mean). 
 whether the differences are of logarithms (ratios) or of values. A comparison *holds* when its
 whole interval is on the claimed side, *fails* when its whole interval is on the other side, and
 is *inconclusive* otherwise (or with fewer than 2 seeds done in both). A claimed-better point
-that diverged in a seed where the other point did not diverge fails its comparison (a seed that
-both lost, a hard one, is left out of it like any seed not done in both), and so does an exact
-tie (a best or order claim is strict). A claim ``at`` a round before the end also uses the runs
+that diverged in a seed that the other point finished fails its comparison (a seed that both
+lost, a hard one, is left out of it like any seed not done in both, as is one that the other point
+failed or has not run yet, its outcome unknown), and so does an exact tie (a best or order claim
+is strict). A claim ``at`` a round before the end also uses the runs
 that did not converge (divergence ``stall_factor``): they ran every round, and their values on
 the way are the evidence; a run without that round in its history (one stopped early by ``tol``,
 say) is left out as not evaluating it. A claim fails when one setting fails, holds when all hold,
@@ -65,7 +67,7 @@ from fedopt.sweep.report import LOG_METRICS, _final, _fmt, _loggable, _short, fi
 KINDS = ("best", "order", "slope", "ratio", "difference", "within")
 VERDICTS = ("holds", "fails", "inconclusive")
 LEVEL = 0.95
-UNLOGGED = "at or below 0 (no logarithm)"  # a done run a log-scale claim cannot use
+UNLOGGED = "at or below 0 (no logarithm)"  # a done run a log-scale or slope claim cannot use
 
 
 @dataclass
@@ -283,7 +285,7 @@ def describe(claim: Claim) -> str:
         relation = f"{(' / ' if claim.kind == 'ratio' else ' - ').join(_fmt(v) for v in claim.values)} in " \
                    f"{_interval(claim.interval)}"
     else:
-        tolerance = f"{claim.tolerance:.0%}" if claim.scale == "log" else f"{claim.tolerance:g}"
+        tolerance = f"{claim.tolerance * 100:g}%" if claim.scale == "log" else f"{claim.tolerance:g}"
         relation = f"{values} within {tolerance} of each other"
     where = "; only " + ", ".join(f"{k}={v}" for k, v in claim.where.items()) if claim.where else ""
     return f"{claim.metric} {when}, {claim.axis}: {relation}{where}"
@@ -367,13 +369,14 @@ def _usable(run, claim: Claim) -> bool:
 
 
 def _seeds(claim, runs) -> tuple[dict, set, int, int, int]:
-    """``({seed: value}, {diverged seed}, other not done, done at or below 0 on the log scale, without
-    the claim's round)`` of the runs of one grid point."""
+    """``({seed: value}, {diverged seed}, other not done, done at or below 0 on the log scale or in a
+    slope, without the claim's round)`` of the runs of one grid point."""
+    linear = claim.scale == "linear" and claim.kind != "slope"  # a slope is fitted log-log on any scale
     values, diverged, other, unlogged, unevaluated = {}, set(), 0, 0, 0
     for run in runs:
         usable = _usable(run, claim)
         value = _value(run, claim) if usable else None
-        if value is not None and (claim.scale == "linear" or value > 0):
+        if value is not None and (linear or value > 0):
             values[run["labels"].get("seed")] = value
         elif value is not None:
             unlogged += 1
@@ -418,6 +421,7 @@ def _check_points(claim: Claim, groups: list) -> tuple[str, str]:
     (``groups``: ``[(axis value, its runs)]``)."""
     runs = {_key(v): [r for x, rs in groups if x == v for r in rs] for v in claim.values}
     data = {k: _seeds(claim, rs) for k, rs in runs.items()}
+    finished = {k: {r["labels"].get("seed") for r in rs if _usable(r, claim)} for k, rs in runs.items()}
     absent = [v for v in claim.values if not runs[_key(v)]]
     if absent:
         return "inconclusive", f"no runs of {', '.join(_fmt(v) for v in absent)}"
@@ -432,12 +436,12 @@ def _check_points(claim: Claim, groups: list) -> tuple[str, str]:
     log = claim.scale == "log"
     verdicts, parts, hows = [], [], []
     for a, b in pairs:
-        (va, diverged_a, *_), (vb, diverged_b, *_) = data[_key(a)], data[_key(b)]
+        (va, diverged_a, *_), (vb, *_) = data[_key(a)], data[_key(b)]
         label = f"{_fmt(a)} {'/' if log else '-'} {_fmt(b)}"
         words = ("diverged", "not done", UNLOGGED, f"with round {claim.at} not evaluated")
         not_done = ", ".join(f"{_fmt(v)}: {n} of {len(runs[_key(v)])} seeds {word}"
                              for v in (a, b) for n, word in zip(_counts(data[_key(v)]), words, strict=True) if n)
-        if claim.kind in ("best", "order") and diverged_a - diverged_b:  # lost a seed that the other did not
+        if claim.kind in ("best", "order") and diverged_a & finished[_key(b)]:  # lost a seed that the other finished
             verdicts.append("fails")
             parts.append(f"{label}: {not_done}")
             continue

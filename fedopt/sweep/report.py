@@ -20,10 +20,10 @@ read from the stored history.
 
 Slopes: on a grid with ``slope = "dataset.n_clients"`` (or ``"algorithm.local_steps"``) and for
 each setting of its other axes, the least-squares line through ``(log x, log mean_seeds S_final)``
-over the grid points whose seeds all finished ``done`` and whose axis value and mean final value
-have a logarithm (> 0); the others are left out, and the slope line says how many and why (a mean
-over fewer seeds is not the same measurement; a final value of exactly 0 has no place on a log-log
-line); the 95 % confidence interval of the slope is ``b +- t_{0.975, k-2} * se(b)``
+over the grid points whose seeds all finished ``done`` and whose axis value and final values (of
+every seed) have a logarithm (> 0); the others are left out, and the slope line says how many and
+why (a mean over fewer seeds is not the same measurement; a final value of exactly 0 has no place
+on a log-log line); the 95 % confidence interval of the slope is ``b +- t_{0.975, k-2} * se(b)``
 (:func:`t_quantile`), with ``k`` points (none below 3 points). This is the FedNMap paper's measure
 of linear speedup (-1.436 against log n in Fig. 3, -1.181 against log Q in Fig. 4). A grid's
 ``paper_slope`` (the paper's measured value) and ``predicted_slope`` (what a theorem's rate
@@ -277,7 +277,8 @@ def _metric_stats(done, metric):
     values = np.array([v for v in (_final(r, metric) for r in done) if v is not None], dtype=float)
     with np.errstate(over="ignore"):  # a run that blew up without reaching inf has a huge final value
         return {f"{metric}_mean": float(values.mean()) if len(values) else math.nan,
-                f"{metric}_std": float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)}
+                f"{metric}_std": float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan),
+                f"{metric}_min": float(values.min()) if len(values) else math.nan}
 
 
 def _excluded(runs) -> str | None:
@@ -529,7 +530,8 @@ def _slopes(experiment, grid, rows, caution=None):
     """The slopes of a grid, one per setting of its other axes, and a line for each setting left unfitted.
 
     Only grid points whose seeds all finished ``done`` are fitted, and only those with a logarithm (an
-    axis value and a mean final metric > 0 and finite); the others are counted and named in the lines.
+    axis value > 0, and the final metric of every seed > 0 with a finite mean); the others are counted
+    and named in the lines.
     """
     axis = grid.get("slope")
     if not axis:
@@ -541,18 +543,24 @@ def _slopes(experiment, grid, rows, caution=None):
         setting = json.dumps({a: point.get(a) for a in others}, sort_keys=True)
         settings.setdefault(setting, []).append((point.get(axis), st))
     slopes, unfitted = [], []
+
+    def unlogged(x, mean, low) -> str:
+        name = f"{_short(axis, grid['varied'])}={_fmt(x)}" + ("" if _loggable(x) else " (not a number > 0)")
+        if not _loggable(low):
+            return name + f" with final {metric} {low:.4g}" + (" in a seed" if low < mean else "")
+        return name + ("" if _loggable(mean) else f" with final {metric} {mean:.4g}")
+
     for setting, entries in settings.items():
-        done = [(x, st[f"{metric}_mean"]) for x, st in entries if st["done"] == st["seeds"]]
-        pairs = [(x, y) for x, y in done if _loggable(x) and _loggable(y)]
+        done = [(x, st[f"{metric}_mean"], st[f"{metric}_min"]) for x, st in entries if st["done"] == st["seeds"]]
+        logged = [_loggable(x) and _loggable(y) and _loggable(low) for x, y, low in done]
+        pairs = [(x, y) for (x, y, _), ok in zip(done, logged, strict=True) if ok]
         not_done = [st for _, st in entries if st["done"] != st["seeds"]]
         reasons = []
         if not_done:
             counts = ", ".join(f"{n} {word}" for word in NOT_DONE if (n := sum(st[word] for st in not_done)))
             reasons.append(f"seeds not done: {counts}" if counts else "a seed without a finite final value")
-        # a log-log line has no place for a value <= 0 (a stationarity of exactly 0, say): name those points
-        off_scale = [f"{_short(axis, grid['varied'])}={_fmt(x)}" + ("" if _loggable(x) else " (not a number > 0)") +
-                     ("" if _loggable(y) else f" with final {metric} {y:.4g}")
-                     for x, y in done if not (_loggable(x) and _loggable(y))]
+        # a log-log line has no place for a value <= 0 (a stationarity of exactly 0, in any seed): name those points
+        off_scale = [unlogged(*point) for point, ok in zip(done, logged, strict=True) if not ok]
         if off_scale:
             reasons.append(f"no logarithm at {', '.join(off_scale)}")
         left, why = len(not_done) + len(off_scale), "; ".join(reasons)
@@ -744,7 +752,7 @@ def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
             if any(point.get(a) != v for a, v in slope.setting.items()):
                 continue
             finals = [v for v in (_final(r, metric) for r in runs if r["status"] == "done") if v is not None]
-            complete = len(finals) == len(runs)  # the fitted points: every seed done
+            complete = len(finals) == len(runs) and all(v > 0 for v in finals)  # fitted: every seed done, above 0
             (seeds if complete else left).extend((point[axis], v) for v in finals)
             if finals and complete:
                 means.append((point[axis], float(np.mean(finals))))
@@ -755,7 +763,7 @@ def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
         ax.plot([x for x, _ in seeds], [y for _, y in seeds], ".", color=line.get_color(), alpha=0.3)
         if left:
             ax.plot([x for x, _ in left], [y for _, y in left], "x", color=line.get_color(), alpha=0.5,
-                    label="left out (a seed not done)")
+                    label="left out (a seed not done or at or below 0)")
         grid_x = np.array([means[0][0], means[-1][0]], float)
         ax.plot(grid_x, np.exp(slope.intercept) * grid_x ** slope.slope, "-", color=line.get_color(),
                 label=f"slope {slope.slope:.3f}{ci}")
