@@ -152,6 +152,22 @@ def test_sparse_features_are_centered_like_dense_ones(make):
     np.testing.assert_allclose(sparse.intercept_, dense.intercept_, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("n, columns", [(40, [1.0]), (221, [1.0, 1.0, 0.7])])
+def test_constant_features_give_coef_zero_and_the_mean_intercept(sparse, n, columns):
+    """Features constant on every sample center to zeros, dense or sparse: coef_ 0 and intercept_
+    mean(y), at once. (Centered to rounding noise instead, they set the default steps by its
+    smoothness, 1e-31: coef_ 10 dense, 1e12 sparse.)"""
+    y = np.random.default_rng(0).standard_normal(n) + 5
+    X = np.tile(columns, (n, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fitted = FederatedLasso(0.0, n_clients=4, random_state=0).fit(sp.csr_matrix(X) if sparse else X, y)
+    np.testing.assert_array_equal(fitted.coef_, 0.0)
+    assert fitted.intercept_ == pytest.approx(y.mean(), abs=1e-12)
+    assert fitted.n_iter_ == 0
+
+
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_l1_logistic_regression_reaches_scikit_learn(n_classes):
     X, y, clients = classification(n_classes=n_classes)

@@ -1,6 +1,7 @@
 """Problems and their batched oracles: finite differences, backend parity, pooled losses, errors."""
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -298,6 +299,34 @@ def test_smoothness_bounds_the_gradient_change():
     problem = build("least_squares", fit_intercept=False)
     X0 = problem.dataset.client(0)[0]
     assert problem.smoothness()[0] == pytest.approx(np.linalg.norm(X0, 2) ** 2 / X0.shape[0], rel=1e-8)
+
+
+@pytest.mark.parametrize("mean", [1.0, 1 + 2**-52])
+def test_centered_rows_of_constant_features_have_smoothness_zero(mean):
+    """Sparse rows that equal their center, exactly or to rounding (a mean of ones computed as
+    ``1 + eps``), have smoothness 0: neither that of the rounding noise of ``X - mu`` (1e-31, whose
+    ``1 / L`` steps the estimators took) nor an ARPACK error."""
+    X = sp.csr_matrix(np.c_[np.ones((50, 2)), np.full(50, 0.7)])
+    data = partition(X, np.arange(50.0), 3, "iid", seed=0)
+    mu = [mean, mean, 0.7]
+    np.testing.assert_array_equal(LeastSquares(data, center=mu).smoothness(), 0.0)
+    np.testing.assert_allclose(LeastSquares(data, center=mu, fit_intercept=True).smoothness(), 1.0, rtol=1e-12)
+
+
+def test_r2_of_constant_test_targets_follows_scikit_learn():
+    """R^2 on constant targets is scikit-learn's: 1 for a perfect fit, 0 otherwise, with no division by zero."""
+    rng = np.random.default_rng(0)
+    X, X_test = rng.standard_normal((20, 2)), rng.standard_normal((5, 2))
+    data = FederatedDataset(X, X @ [1.0, 2.0], np.array([0, 10, 20]), X_test=X_test, y_test=np.full(5, 3.0))
+    problem = LeastSquares(data, fit_intercept=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x in ([1.0, 2.0, 0.0], [0.0, 0.0, 3.0]):
+            expected = r2_score(data.y_test, X_test @ x[:2] + x[2])
+            assert problem.score(np.array(x)) == expected
+        assert expected == 1.0  # the constant prediction 3
+        mlp = MLP(data, hidden=2, loss="squared")
+        assert mlp.score(mlp.init(0)) == r2_score(data.y_test, mlp.decision_function(mlp.init(0), X_test)[:, 0]) == 0.0
 
 
 def test_labels_that_do_not_fit_the_problem():

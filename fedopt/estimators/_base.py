@@ -498,7 +498,7 @@ class _FederatedLinear(_FederatedEstimator):
         closed_form = self.fit_intercept and model is LeastSquares  # the best intercept is ybar - mu w
         if self.fit_intercept:
             shares = _row_shares(data, self.client_weights)
-            offset = dot_transposed(data.X, shares).astype(X.dtype)
+            offset = _column_means(data.X, shares).astype(X.dtype)
             if sp.issparse(data.X):
                 center = offset
             else:
@@ -565,12 +565,19 @@ def _rounding_floor(data, y_offset, L, problem, least_squares):
     centers to noise, the exact fit is 0 and ``tol`` times that noise is out of reach (the fit ran
     ``max_rounds`` and warned). Any fit whose centered targets are not noise starts far above it,
     about ``1 / eps^2`` times higher, so the floor does not end a fit that is still moving.
+
+    With the problem's ``center`` ``mu`` the oracle forms ``X - mu`` itself, at the rounding of the
+    uncentered rows: ``sqrt(L)`` becomes ``sqrt(L) + ||mu||``, which a constant feature needs (its
+    ``L`` is 0, its gradient rounding noise).
     """
     size = 1.0
     if least_squares:
         y = np.asarray(data.y, dtype=np.float64) + y_offset
         size = float(_row_shares(data, problem.weights) @ y**2)
-    return float(np.finfo(problem.dtype).eps) ** 2 * L * size
+    reach = math.sqrt(L)
+    if problem.center is not None:
+        reach += problem.dataset.scale * float(np.linalg.norm(problem.center))
+    return float(np.finfo(problem.dtype).eps) ** 2 * reach**2 * size
 
 
 def _row_shares(data, weights):
@@ -579,6 +586,15 @@ def _row_shares(data, weights):
     sizes = data.client_sizes
     shares, s = np.repeat(client_weights(data, weights) / sizes, sizes), kernel_sample_weights(data)
     return shares * s if len(s) else shares
+
+
+def _column_means(X, shares):
+    """Each feature's mean under the row shares ``s_j``, within the feature's range: a constant
+    feature's mean is then its value exactly (the shares' sum is 1 only to rounding), and its
+    centered column exactly 0, dense or sparse."""
+    low, high = (np.ravel(extreme(axis=0).toarray() if sp.issparse(X) else extreme(axis=0)) for extreme in
+                 (X.min, X.max))
+    return np.clip(dot_transposed(X, shares), low, high)
 
 
 def _minus(X, offset, original):

@@ -136,7 +136,9 @@ class LinearModel(Problem):
 
         ``c`` is 1 for least squares, 1/4 for the logistic loss and 1/2 for softmax; ``X_i`` gets a
         column of ones with ``fit_intercept``, and its rows are scaled by ``sqrt(s'_j)`` with
-        sample weights (see :class:`~fedopt.problems.base.Problem`); with ``center``, ``X_i - mu``.
+        sample weights (see :class:`~fedopt.problems.base.Problem`); with ``center``, ``X_i - mu``,
+        and 0 where ``X_i - mu`` is rounding noise (the rows equal the mean, a constant feature's rows
+        say): the oracle of such rows is noise, and ``1 / L_i`` steps would magnify it.
         """
         factor = {K.LEAST_SQUARES: 1.0, K.LOGISTIC: 0.25, K.SOFTMAX: 0.5}[self.kind]
         result = np.empty(self.n_clients)
@@ -146,8 +148,10 @@ class LinearModel(Problem):
             X_i = (X_i * self.dataset.scale) if sp.issparse(X_i) else X_i.astype(np.float64) * self.dataset.scale
             if self.center is not None:
                 rows = weights[self.dataset.offsets[i] : self.dataset.offsets[i + 1]] if len(weights) else None
-                result[i] = factor * _top_singular_value(_centered(X_i, self.dataset.scale * self.center,
-                                                                   self.fit_intercept, rows)) ** 2 / X_i.shape[0]
+                shift = self.dataset.scale * self.center
+                top = _top_singular_value(_centered(X_i, shift, self.fit_intercept, rows))
+                noise = _centering_noise(X_i, shift, self.dtype, rows)
+                result[i] = factor * top**2 / X_i.shape[0] if top > noise else 0.0
                 continue
             if self.fit_intercept:
                 X_i = sp.hstack([X_i, np.ones((X_i.shape[0], 1))], format="csr") if sp.issparse(X_i) else \
@@ -180,6 +184,18 @@ def _centered(X, shift, intercept: bool, weights=None):
     return LinearOperator((m, d + intercept), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
 
 
+def _centering_noise(X, shift, dtype, weights=None) -> float:
+    """The rounding level of ``||diag(sqrt(weights)) (X - 1 shift^T)||_2`` in ``dtype``: each row
+    ``x_j - shift`` comes out within about ``sqrt(d) eps (||x_j|| + ||shift||)`` (``d`` features),
+    whatever its true size."""
+    from scipy.sparse.linalg import norm  # imported here, as in _centered
+
+    root = np.ones(X.shape[0]) if weights is None else np.sqrt(weights)
+    norms = norm(X, axis=1) if sp.issparse(X) else np.linalg.norm(X, axis=1)
+    size = np.linalg.norm(root * (norms + np.linalg.norm(shift)))
+    return float(np.sqrt(X.shape[1]) * np.finfo(dtype).eps * size)
+
+
 def _top_singular_value(A) -> float:
     """``||A||_2`` of a dense or sparse matrix or an operator: by ARPACK, 0 for a zero block, or
     from the dense matrix where ARPACK cannot (``min(shape) <= 2``)."""
@@ -188,9 +204,15 @@ def _top_singular_value(A) -> float:
         return float(np.linalg.norm(dense, 2))
     if _is_zero(A):  # a client whose rows are all zero (or all the mean): ARPACK finds no start vector
         return 0.0
-    from scipy.sparse.linalg import svds
+    from scipy.sparse.linalg import ArpackError, svds
 
-    return float(svds(A, k=1, return_singular_vectors=False, random_state=0)[0])
+    try:
+        return float(svds(A, k=1, return_singular_vectors=False, random_state=0)[0])
+    except ArpackError as error:
+        # rows that equal the mean to rounding: the operator maps some vectors to exact zeros, ARPACK's start too
+        if "Starting vector is zero" not in str(error):
+            raise
+        return 0.0
 
 
 def _is_zero(A) -> bool:
@@ -219,9 +241,12 @@ class LeastSquares(LinearModel):
         return numeric_targets(self.dataset, y, "LeastSquares")
 
     def _score(self, outputs, y):
-        """R^2, scikit-learn's regression score."""
+        """R^2, scikit-learn's regression score: on constant targets, 1 for a perfect fit and 0 otherwise."""
         residual = ((y - outputs[:, 0]) ** 2).sum()
-        return 1 - residual / ((y - y.mean()) ** 2).sum()
+        spread = ((y - y.mean()) ** 2).sum()
+        if spread == 0:
+            return 1.0 if residual == 0 else 0.0
+        return 1 - residual / spread
 
 
 class Logistic(LinearModel):
