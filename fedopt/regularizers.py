@@ -26,7 +26,7 @@ import numpy as np
 from fedopt import kernels as K
 from fedopt._backend import Backend, backend_for
 from fedopt._checks import count, real
-from fedopt.kernels.reference import row_scales
+from fedopt.kernels.reference import row_norms, row_scales
 
 _NO_ROWS = {}  # (backend name, dtype) -> an empty (0, 0) array, the "absent" marker of the kernels
 
@@ -461,6 +461,11 @@ class Box(Regularizer):
             raise ValueError(f"lower and upper have different lengths ({len(lower)} and {len(upper)})")
         if np.any(np.asarray(lower) > np.asarray(upper)):
             raise ValueError("the box is empty: lower > upper for some coordinate; need lower <= upper everywhere")
+        for name, bound, side in (("lower", lower, math.inf), ("upper", upper, -math.inf)):
+            if np.any(np.asarray(bound) == side):
+                where = f" (coordinate {int(np.argmax(bound == side))})" if np.ndim(bound) else ""
+                raise ValueError(f"the box is empty: {name} = {side:+g}{where}, which no real x reaches; leave a side "
+                                 "unbounded with lower = -inf or upper = +inf")
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
 
@@ -521,10 +526,11 @@ class L2Ball(Regularizer):
             raise ValueError(f"center has length {len(self.center)} but the vectors have p={p} coordinates")
 
     def _values(self, x, tol):
-        c = 0.0 if self.center is None else self.center
-        norms = np.linalg.norm(x - c, axis=1)
+        c = np.zeros(1) if self.center is None else self.center
+        norms = row_norms(x - c)[:, 0]  # no overflow or underflow
         # x - c carries the rounding of x and c in the input's precision: a few eps ||c||
-        return np.where(norms <= self.radius * (1 + tol) + 4 * tol**2 * np.linalg.norm(c), 0.0, np.inf)
+        slack = 4 * tol**2 * row_norms(c[None, :])[0, 0]
+        return np.where(norms <= self.radius * (1 + tol) + slack, 0.0, np.inf)
 
     def _prox_rows(self, backend, z, step, out):
         center = (_empty(backend, z.dtype).reshape(0) if self.center is None
@@ -560,7 +566,7 @@ class Simplex(Regularizer):
         object.__setattr__(self, "radius", real("radius", self.radius, strict=True))
 
     def _values(self, x, tol):
-        tol = tol * max(1.0, self.radius)
+        tol = tol * self.radius
         feasible = (x >= -tol).all(axis=1) & (np.abs(x.sum(axis=1) - self.radius) <= tol * x.shape[1])
         return np.where(feasible, 0.0, np.inf)
 
@@ -597,7 +603,8 @@ class MCP(Regularizer):
     def _values(self, x, tol):
         a = np.abs(x)
         inner = self.lam * a - a * a / (2 * self.gamma)
-        return np.where(a <= self.gamma * self.lam, inner, 0.5 * self.gamma * self.lam**2).sum(axis=1)
+        # NaN fails every comparison, so it must fall through to inner (NaN)
+        return np.where(a > self.gamma * self.lam, 0.5 * self.gamma * self.lam**2, inner).sum(axis=1)
 
     def _elementwise(self, step, backend, dtype):
         theta = np.array([step * self.lam, self.gamma * self.lam, 1.0 / (1.0 - step / self.gamma)])
@@ -633,7 +640,8 @@ class SCAD(Regularizer):
     def _values(self, x, tol):
         a, lam, t = self.a, self.lam, np.abs(x)
         middle = (2 * a * lam * t - t * t - lam * lam) / (2 * (a - 1))
-        return np.where(t <= lam, lam * t, np.where(t <= a * lam, middle, 0.5 * (a + 1) * lam * lam)).sum(axis=1)
+        # NaN fails every comparison, so it must fall through to lam * t (NaN)
+        return np.where(t > a * lam, 0.5 * (a + 1) * lam * lam, np.where(t > lam, middle, lam * t)).sum(axis=1)
 
     def _elementwise(self, step, backend, dtype):
         a, lam = self.a, self.lam

@@ -853,3 +853,69 @@ def test_nuclear_value_of_non_finite_entries_is_nan_or_inf_like_the_other_norms(
     nuclear = R.Nuclear(0.5, shape=(2, 2))
     np.testing.assert_allclose(nuclear.value(z), R.L1(0.5).value(z), rtol=1e-14)  # [nan, inf, 3.5]
     assert np.isnan(nuclear.value(z[0])) and nuclear.value(z[1]) == np.inf and nuclear.value(z[2]) == pytest.approx(3.5)
+
+
+def test_mcp_and_scad_values_of_nan_are_nan_like_the_other_penalties():
+    """A NaN coordinate has the value NaN, as l1 gives, and the other rows of the batch their penalty;
+    an infinite one sits on the plateau. NaN fails every comparison and fell onto the plateau."""
+    z = np.array([[np.nan, 0.0, 0.0], [np.inf, 0.0, 0.0], [0.5, -0.5, 0.0]])
+    for reg, plateau in ((R.MCP(1.0, 3.0), 1.5), (R.SCAD(1.0, 3.7), 2.35)):
+        values = reg.value(z)
+        assert np.isnan(values[0]) and np.isnan(reg.value(z[0]))
+        assert values[1] == pytest.approx(plateau) and np.isfinite(values[2])
+
+
+@EXTREME_BACKENDS
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_nuclear_prox_of_an_empty_batch_is_empty(backend, dtype):
+    """A batch of no rows comes back empty, as for every other regularizer (its matrices' column count
+    could not be inferred from 0 entries)."""
+    z = np.zeros((0, 6), dtype=dtype)
+    x = R.Nuclear(0.3, shape=(2, 3)).prox(z, 0.5, backend=backend)
+    assert x.shape == (0, 6) and x.dtype == dtype
+    assert R.Nuclear(0.3, shape=(2, 3)).value(z).shape == (0,)
+
+
+@EXTREME_BACKENDS
+def test_l2_ball_value_of_huge_and_tiny_points(backend):
+    """The value measures the distance to the center without overflow or underflow, like the prox: the
+    projection on a ball of radius 1e200 is inside it (its squared norm overflowed: phi = inf), a
+    point 1.4e-200 from the center is outside a ball of radius 1e-201 (its squared norm underflowed:
+    phi = 0), and a ball centered at 1e200 grants a few eps * 1e200, not an overflowed inf."""
+    ball = R.L2Ball(1e200)
+    x = ball.prox(np.array([3e200, 4e200, 1e200]), 1.0, backend=backend)
+    assert ball.value(x) == 0
+    assert ball.value(1.01 * x) == np.inf
+    assert R.L2Ball(1e-201).value(np.array([1e-200, 1e-200])) == np.inf
+    assert R.L2Ball(1e-201).value(np.array([5e-202, 5e-202])) == 0
+    center = np.full(3, 1e200)
+    far = R.L2Ball(1.0, center=center)
+    assert far.value(center + np.array([1e190, 0.0, 0.0])) == np.inf
+    assert far.value(far.prox(center + np.array([1e190, 0.0, 0.0]), 1.0, backend=backend)) == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("radius", [1e-3, 1e-9])
+def test_simplex_slack_is_relative_to_a_small_radius(dtype, radius):
+    """Points off a small simplex by a share of its radius are outside: zero (sum 0), a sum of three
+    radii, an entry of -0.3 radius. The slack of sqrt(eps) was absolute below a unit radius, so a
+    float32 simplex of radius 1e-3 took all three in, like L1Ball's relative slack does not."""
+    simplex = R.Simplex(radius)
+    for point in (np.zeros(10), np.full(10, 0.3 * radius), np.array([-0.3 * radius, 1.3 * radius])):
+        assert simplex.value(point.astype(dtype)) == np.inf
+    assert simplex.value(np.array([0.3 * radius, 0.7 * radius], dtype=dtype)) == 0
+
+
+@EXTREME_BACKENDS
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("radius", [1e-3, 1.0, 1e4])
+def test_simplex_projection_is_in_the_simplex_for_any_radius(backend, dtype, radius):
+    """The projection of random rows, also far from 0 (up to 1e6 radii, below and above SHIFT_RATIO),
+    is inside the simplex by value() in both precisions, with the slack relative to the radius."""
+    rng = np.random.default_rng(int(np.log10(radius)) + 3)
+    simplex = R.Simplex(radius)
+    for p in (1, 3, 10, ROW_CHUNK + 3):
+        for shift in (0.0, 1e3, 6e4, 1e6, -1e6):
+            for spread in (1e-3, 1.0, 100.0):
+                z = (radius * (shift + spread * rng.standard_normal((3, p)))).astype(dtype)
+                assert np.all(simplex.value(simplex.prox(z, 1.0, backend=backend)) == 0), (p, shift, spread)

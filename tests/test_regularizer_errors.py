@@ -155,6 +155,26 @@ def test_empty_box_is_refused(lower, upper):
         R.Box(lower, upper)
 
 
+@pytest.mark.parametrize(
+    "lower, upper, message",
+    [
+        (INF, INF, r"lower = \+inf,"),
+        (-INF, -INF, r"upper = -inf,"),
+        ([0.0, INF], [1.0, INF], r"lower = \+inf \(coordinate 1\),"),
+        (-INF, [1.0, -INF], r"upper = -inf \(coordinate 1\),"),
+    ],
+    ids=["lower-inf", "upper-minus-inf", "vector-lower", "vector-upper"],
+)
+def test_box_with_no_real_point_is_refused(lower, upper, message):
+    """A box with ``lower = +inf`` or ``upper = -inf`` somewhere has no real point (its prox gave inf
+    iterates, which value() called infeasible) and is refused; infinite sides of a real box are fine."""
+    with pytest.raises(ValueError, match=r"the box is empty: " + message + r" which no real x reaches; leave a side "
+                                         r"unbounded with lower = -inf or upper = \+inf"):
+        R.Box(lower, upper)
+    assert R.Box(-INF, INF).value(np.zeros(2)) == 0
+    assert R.NonNegative().value(np.zeros(2)) == 0
+
+
 def test_box_bound_lengths():
     """Bounds of different lengths, bounds not matching p, and NaN bounds are refused."""
     with pytest.raises(ValueError, match=r"lower and upper have different lengths \(2 and 3\)"):

@@ -178,7 +178,7 @@ def prox_nuclear(z, n_rows, tau, out):
     Each matrix is divided by its largest magnitude ``c`` and thresholded at ``tau / c``, then scaled
     back: finite entries near the dtype's largest value (2e38 in float32) would overflow in the SVD.
     """
-    matrices = z.reshape(z.shape[0], n_rows, -1)
+    matrices = z.reshape(z.shape[0], n_rows, z.shape[1] // n_rows)
     result = np.full(matrices.shape, np.nan, z.dtype)
     finite = np.isfinite(z).all(axis=1)
     if finite.any():
