@@ -13,7 +13,13 @@ from sklearn.preprocessing import StandardScaler
 
 import fedopt
 from fedopt.datasets.partition import _dirichlet
-from fedopt.estimators import FederatedLasso, FederatedLogisticRegression, FederatedMLPClassifier, _gap
+from fedopt.estimators import (
+    FederatedLasso,
+    FederatedLogisticRegression,
+    FederatedMLPClassifier,
+    FederatedSparseRegressor,
+    _gap,
+)
 from fedopt.estimators._gap import _balanced_probabilities, least_squares_gap, least_squares_scale, logistic_gap
 
 # ---- data and objectives -------------------------------------------------------------------------
@@ -199,6 +205,31 @@ def test_a_fit_that_starts_at_rounding_level_stops_and_a_nearly_constant_target_
 
 
 # ---- the warning -----------------------------------------------------------------------------------
+
+
+def test_a_warm_fit_where_zero_is_stationary_is_measured_from_its_own_start():
+    """The zero start of an MCP fit at 1.5 alpha_max is stationary: its residual 0 made the rule tol * 0,
+    which the warm start could not reach, and the warning read 'relative stationarity is inf'."""
+    X, y = load_diabetes(return_X_y=True)
+    alpha_max = np.abs(X.T @ (y - y.mean())).max() / len(y)
+    est = FederatedSparseRegressor(alpha=0.1 * alpha_max, warm_start=True, max_rounds=30, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.set_params(alpha=1.5 * alpha_max).fit(X, y)
+    messages = [str(w.message) for w in caught]
+    assert [w.category for w in caught] == [ConvergenceWarning], messages
+    ratio = float(messages[0].split("relative stationarity is ")[1].split(" ")[0])
+    assert 0 < ratio < 1  # measured from the warm start's own residual, and below it
+
+
+def test_a_float32_warning_names_the_tol_it_was_held_to_and_the_users():
+    X, _ = standardized(load_iris)
+    with pytest.warns(ConvergenceWarning, match=r"duality gap is \S+ > tol=1e-05 \(from 1e-07, for float32\) \* "):
+        FederatedLasso(0.1, tol=1e-7, max_rounds=3, random_state=0).fit(X.astype(np.float32), X[:, 0] - X[:, 1])
+
 
 
 @pytest.mark.parametrize("estimator, rule", [

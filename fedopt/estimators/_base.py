@@ -205,9 +205,13 @@ class _FederatedEstimator(BaseEstimator):
         elif not partial:
             # the scale is the residual where a fit from scratch starts, a warm fit's too: measured from
             # its own start, a warm fit at a converged model would have to shrink the residual tol times more
-            initial = x0 if previous is None else _initial(problem, seed, start)
-            first = Start.prox_of(regularizer, initial, gamma).x  # the model run() reports at round 0
-            scale = float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
+            def residual(point):  # at the model run() reports at round 0 from ``point``
+                first = Start.prox_of(regularizer, point, gamma).x
+                return float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
+
+            scale = residual(x0 if previous is None else _initial(problem, seed, start))
+            if previous is not None and relative * scale <= floor:  # the scratch start is stationary: its own
+                scale = residual(x0)
             tol = max(relative * scale, floor)
         try:  # a continued run draws new minibatches: its generator is seeded past the rounds already run
             result = run(self.algorithm, problem, regularizer, rounds=self.eval_every if partial else self.max_rounds,
@@ -224,10 +228,12 @@ class _FederatedEstimator(BaseEstimator):
         if gap is not None:
             self.dual_gap_ = stop.last if stop is not None else gap[0](result.x)
         if not (result.converged or partial):
-            reached = (f"the duality gap is {stop.last:.3g} > tol * {gap[1]:.3g} = {stop.limit:.3g}"
+            tol_text = f"tol={relative:g}" + ("" if relative == self.tol else f" (from {self.tol:g}, for float32)")
+            last = result.history["stationarity"][-1]
+            reached = (f"the duality gap is {stop.last:.3g} > {tol_text} * {gap[1]:.3g} = {stop.limit:.3g}"
                        if stop is not None else
-                       f"the relative stationarity is {result.history['stationarity'][-1] / scale:.3g} > "
-                       f"tol={relative:g}")
+                       f"the relative stationarity is {last / scale:.3g} > {tol_text}" if scale > 0 else
+                       f"||F_nat||^2 is {last:.3g} > its rounding level {tol:.3g}")
             bias = ALGORITHMS[canonical(self.algorithm)].fixed_point_bias
             advice = [f"{self.algorithm} may settle short of the solution: {bias}. fednmap, zhang, feddr and fedadmm "
                       "reach it; a smaller lr_local shrinks the bias" if bias else
