@@ -350,6 +350,83 @@ def test_overrides_and_assignments_from_the_command_line():
         tiny().override({"datasets.name": "x"})
 
 
+def test_flags_of_problems_and_data_sets_take_true_or_false_only():
+    assert tiny(**{"problem.fit_intercept": False}).expand()[0].config["problem"]["fit_intercept"] is False
+    synthetic = {"dataset": {"name": "fedprox_synthetic", "n_clients": 4, "samples_per_client": 20}}
+    for key, section, name, overrides in (("problem.fit_intercept", "problem", "softmax", {}),
+                                          ("dataset.iid", "dataset", "fedprox_synthetic", synthetic)):
+        flag = key.split(".")[1]
+        with pytest.raises(ConfigError, match=re.escape(f"--set {key}: {section} {name!r}: {flag} is a flag, got "
+                                                        "'False': write true or false")):
+            tiny(**overrides, **dict([parse_assignment(f"{key}=False")])).expand()  # a bare word: the string
+
+
+def test_set_on_a_table_or_rule_drops_the_grid_axes_inside_it():
+    axis = TINY.replace('"algorithm.local_steps" = [1, 2]', '"divergence.objective_factor" = [10.0, 100.0]')
+    off = tiny(axis, divergence=False)
+    assert "divergence.objective_factor" not in off.grids[0].axes
+    assert {s.config["divergence"] for s in off.expand()} == {False}
+    fixed = tiny(axis, divergence={"objective_factor": 1e6})
+    assert {s.config["divergence"]["objective_factor"] for s in fixed.expand()} == {1e6}
+
+
+def test_quick_drops_the_stall_factor_of_grid_axes_too():
+    in_run = TINY.replace("metric_gamma = 4.0", "metric_gamma = 4.0\ndivergence = { stall_factor = 1e-2 }")
+    field_axis = TINY.replace('"algorithm.local_steps" = [1, 2]', '"divergence.stall_factor" = [1e-2]')
+    rule_axis = TINY.replace('"algorithm.local_steps" = [1, 2]',
+                             '"divergence" = [{ stall_factor = 1e-2, objective_factor = 1e5 }, false]')
+    stall = lambda spec: (spec.config.get("divergence") or {}).get("stall_factor")  # noqa: E731
+    for text in (in_run, field_axis, rule_axis):
+        assert any(stall(s) == 1e-2 for s in tiny(text).expand())
+        assert not any(stall(s) for s in tiny(text).shortened(rounds=5).expand()), text
+    rules = [s.config.get("divergence") for s in tiny(rule_axis).shortened(rounds=5).expand()]
+    assert False in rules and {r["objective_factor"] for r in rules if r} == {1e5}  # the rest of the rule stays
+    kept = tiny(field_axis, **{"divergence.stall_factor": 0.5}).shortened(rounds=5).expand()
+    assert {stall(s) for s in kept} == {0.5}  # what --set fixed stays as set
+
+
+def test_the_time_estimate_counts_the_local_iterations_of_a_communication_period(monkeypatch):
+    checks = importlib.import_module("fedopt.sweep.validate")
+    monkeypatch.setattr(checks, "_time_one", lambda config, workers: (0.0, 1.0, 0.0))  # 1 s a round and step
+    depositum = {"name": "depositum", "lr": 0.05, "momentum": 0.5, "tracking_rate": 0.5, "batch_size": 16}
+    specs = [s for period in (1, 20) for s in tiny(algorithm={**depositum, "comm_period": period}).expand()]
+    assert checks.estimate(specs, None, workers=1)["seconds_per_run"] == 4 * (1 + 20) / 2  # rounds x steps
+
+
+def test_whole_numbers_for_integer_options_without_a_default_are_integers():
+    axis = '"algorithm.clients_per_round" = [2, "n // 2", 2.0, 0.5, 1.0]'  # n = 4
+    cohorts = TINY.replace('"dataset.n_clients" = [4, 8]', axis).replace('slope = "dataset.n_clients"\n', "")
+    specs = [s for s in tiny(cohorts).expand()
+             if s.labels["seed"] == 0 and s.labels["algorithm.local_steps"] == 1]
+    stored = [s.config["algorithm"]["clients_per_round"] for s in specs]
+    assert stored == [2, 2, 2, 0.5, 1.0] and [type(v) for v in stored] == [int, int, int, float, float]
+    assert len({s.key for s in specs}) == 3  # a count of 2 three times, half the clients, all of them
+    minimum, written = (tiny(**{"dataset.min_samples": value}).expand()[0] for value in (5.0, 5))
+    assert type(minimum.config["dataset"]["min_samples"]) is int and minimum.key == written.key
+    initial = tiny(algorithm={"name": "deepstorm", "init_batch_size": "n * 4"}).expand()[0]
+    assert type(initial.config["algorithm"]["init_batch_size"]) is int
+    with pytest.raises(ConfigError, match=re.escape("--set algorithm.clients_per_round: clients_per_round must be a "
+                                                    "count >= 1")):
+        tiny(**{"algorithm.clients_per_round": 1.5}).expand()
+
+
+def test_a_list_or_flag_for_local_steps_is_named_not_the_expressions_that_use_it():
+    for value, hint in (([1, 2, 4], "an experiment file a [[grid]] axis"), (True, "")):
+        with pytest.raises(ConfigError) as err:
+            tiny(**{"algorithm.local_steps": value}).expand()
+        assert str(err.value).startswith(f"--set algorithm.local_steps: local_steps of fednmap must be an integer "
+                                         f">= 1 or an expression, got {value!r}") and hint in str(err.value)
+
+
+def test_seeds_are_a_list_not_a_number_of_trials():
+    with pytest.raises(ConfigError, match=re.escape("--set seeds: seeds is a list: seeds=[3] for seed 3, or "
+                                                    "seeds=[0, 1, 2] for 3 trials")):
+        tiny(seeds=3)
+    with pytest.raises(ConfigError) as err:
+        tiny(TINY.replace("seeds = [0, 1]", "seeds = 3"))
+    assert err.value.key == "run.seeds" and "seeds=[3] for seed 3" in str(err.value)
+
+
 @pytest.mark.parametrize("name", sorted(sweep.builtin_experiments()))
 def test_every_builtin_experiment_parses_and_states_its_sources(name):
     exp = sweep.load_experiment(name)
@@ -579,6 +656,7 @@ def test_eval_clients_is_a_run_option_that_runs_alone():
     ({"algorithm.clients_per_round": 6, "algorithm.sampling": "weighted"},
      "algorithm.clients_per_round = 6 in 4 of 8 runs: clients_per_round=6 is more than the 4 clients"),
     ({"algorithm.lr_local": True}, "algorithm.lr_local = True in 8 of 8 runs: lr_local must be a finite number > 0"),
+    ({"dataset.seed": -1}, "dataset.seed = -1 in 8 of 8 runs: seed must be an integer >= 0"),
 ])
 def test_run_arguments_checked_at_run_time_are_checked_before_the_sweep(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

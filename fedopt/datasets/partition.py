@@ -99,6 +99,9 @@ def partition(X, y, n_clients: int = 10, scheme: str = "iid", *, alpha: float = 
         raise ValueError(f"y has {len(codes)} entries but X has {X.shape[0]} rows; they must match")
     if sample_weight is not None:
         sample_weight = check_sample_weight(sample_weight, X.shape[0])
+    if not (seed is None or isinstance(seed, np.random.Generator)
+            or (isinstance(seed, int | np.integer) and not isinstance(seed, bool) and seed >= 0)):
+        raise ValueError(f"seed must be an integer >= 0, a numpy Generator or None, got {seed!r}")
     rng = np.random.default_rng(seed)
     X_test = y_test = None
     if test is not None and test_size is not None:

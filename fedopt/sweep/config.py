@@ -90,8 +90,9 @@ names would hide it). Nothing else is evaluated (no attribute access, no other n
 
 **Run keys.** A run is stored under the hash of its resolved configuration, so that a resumed
 sweep finds it. An integer written for a real-valued option (``lr_server = 1``, ``alpha = 1``,
-``divergence = { objective_factor = 10000 }``) is stored as a float, the same run as ``1.0``; an
-option of :data:`LATER_OPTIONS` set to its default is left out, as if it were not set.
+``divergence = { objective_factor = 10000 }``) is stored as a float, the same run as ``1.0``, and a
+whole number that an expression gives for an integer option (``clients_per_round = "n // 2"``) as an
+integer; an option of :data:`LATER_OPTIONS` set to its default is left out, as if it were not set.
 
 **Problems without a data set.** The variational inequalities of :mod:`fedopt.problems.vi`
 (``[run.problem] name = "bilinear_game"``, ``"quadratic_game"``, ...) are synthetic operators:
@@ -233,10 +234,9 @@ def _regularizer_options(name: str) -> dict:
 
 
 @functools.cache
-def _float_options(section: str, name: str) -> frozenset:
-    """The options of a data set, problem, regularizer or method (``section``, ``name``) that hold real
-    numbers: a float default, or none and the annotation ``float`` or ``float | None``. An integer
-    written for one is stored as a float, so that ``lr_server = 1`` and ``1.0`` are one run."""
+def _declared(section: str, name: str) -> tuple:
+    """``(option, default, annotation)`` of each option of a data set, problem, regularizer or method
+    (``section``, ``name``); the first declaration counts, as in the options' defaults."""
     from fedopt import algorithms
     from fedopt.datasets import partition
     from fedopt.problems import PROBLEMS
@@ -249,21 +249,49 @@ def _float_options(section: str, name: str) -> frozenset:
         funcs = ([_datasets()[name], partition] if section == "dataset" else
                  [cls.__init__ for cls in PROBLEMS[name].__mro__ if "__init__" in cls.__dict__])
         declared = [(p.name, p.default, p.annotation) for f in funcs for p in inspect.signature(f).parameters.values()]
-    real = {}
-    for option, default, annotation in declared:  # the first declaration counts, as in the options' defaults
-        real.setdefault(option, isinstance(default, float) or (default is None and _annotated_float(annotation)))
-    return frozenset(option for option, is_real in real.items() if is_real)
+    first = {}
+    for option, default, annotation in declared:
+        first.setdefault(option, (option, default, annotation))
+    return tuple(first.values())
+
+
+@functools.cache
+def _float_options(section: str, name: str) -> frozenset:
+    """The options of a data set, problem, regularizer or method (``section``, ``name``) that hold real
+    numbers: a float default, or none and the annotation ``float`` or ``float | None``. An integer
+    written for one is stored as a float, so that ``lr_server = 1`` and ``1.0`` are one run."""
+    return frozenset(option for option, default, annotation in _declared(section, name)
+                     if isinstance(default, float) or (default is None and _annotated_float(annotation)))
+
+
+@functools.cache
+def _int_options(section: str, name: str) -> frozenset:
+    """The options without a default that hold whole numbers: the annotation ``int | None``
+    (``min_samples``, ``init_batch_size``). A whole float written for one (``"n // 2"`` gives 2.0)
+    is stored as an integer, so that it is one run with ``2``."""
+    return frozenset(option for option, default, annotation in _declared(section, name)
+                     if default is None and _annotated(annotation) == {"int"})
+
+
+def _annotated(annotation) -> set:
+    """The types an annotation (a type or, under ``from __future__ import annotations``, its text) names, less None."""
+    text = getattr(annotation, "__name__", str(annotation))
+    return set(re.findall(r"\w+", text)) - {"None", "Optional"}
 
 
 def _annotated_float(annotation) -> bool:
-    """Whether an annotation (a type or, under ``from __future__ import annotations``, its text) is a float, or None."""
-    text = getattr(annotation, "__name__", str(annotation))
-    return set(re.findall(r"\w+", text)) - {"None", "Optional"} == {"float"}
+    """Whether an annotation is a float, or None."""
+    return _annotated(annotation) == {"float"}
 
 
-def _as_declared(value, option: str, floats: frozenset):
-    """``value`` as its option declares it: an integer (not a bool) for a real-valued option becomes a float."""
-    return float(value) if option in floats and _is_int(value) else value
+def _as_declared(value, option: str, floats: frozenset, ints: frozenset = frozenset()):
+    """``value`` as its option declares it: an integer (not a bool) for a real-valued option becomes a float,
+    a whole float for an integer option an integer."""
+    if option in floats and _is_int(value):
+        return float(value)
+    if option in ints and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 # --------------------------------------------------------------------------------------- expressions
@@ -715,12 +743,15 @@ class Experiment:
         if name not in names_of():
             raise self.error(_unknown_name(section, name, names_of()), where(f"{section}.name"))
         options = options_of(name)
-        floats = _float_options(section, name)
+        floats, ints = _float_options(section, name), _int_options(section, name)
         resolved = {"name": name}
         for key, value in table.items():
             if key not in options:
                 raise self.error(f"{section} {name!r} has no option {key!r}; its options are "
                                  f"{', '.join(sorted(options))}", where(f"{section}.{key}"))
+            if isinstance(options[key], bool) and not isinstance(value, bool):  # "False" would read as true
+                raise self.error(f"{section} {name!r}: {key} is a flag, got {value!r}: write true or false "
+                                 "(TOML's spelling, in lower case)", where(f"{section}.{key}"))
             computed = isinstance(value, str) and expression_names is not None and _is_number(options[key])
             if computed:
                 value = self._expression(value, expression_names, where(f"{section}.{key}"))
@@ -730,7 +761,7 @@ class Experiment:
                     raise self.error(f"{section} {name!r}: {key} must be an integer, got {value!r}{fix}",
                                      where(f"{section}.{key}"))
                 value = int(value)
-            value = _as_declared(value, key, floats)
+            value = _as_declared(value, key, floats, ints)
             if _later(name, key) and _same(value, options[key]):
                 continue  # an option added later, at its default: out of the key, as when it is not set
             resolved[key] = value
@@ -741,6 +772,7 @@ class Experiment:
 
     def _algorithm(self, base, params, clients, where):
         from fedopt import algorithms
+        from fedopt.algorithms.base import _list_hint, clients_count
 
         table = dict(base.get("algorithm", {}))
         name = table.pop("name", None)
@@ -765,6 +797,9 @@ class Experiment:
         names = {**params, "n": clients}
         names.update({k: v for k, v in merged.items() if _is_number(v)})
         steps = merged.get("local_steps", defaults.get("local_steps"))
+        if "local_steps" in defaults and not (_is_number(steps) or isinstance(steps, str)):  # before Q and K are used
+            raise self.error(f"local_steps of {name} must be an integer >= 1 or an expression, got {steps!r}"
+                             f"{_list_hint(steps)}", where(origin.get("local_steps", "algorithm.local_steps")))
         if _is_number(steps):
             names["Q"] = names["K"] = steps
         pending = {k: v for k, v in merged.items() if isinstance(v, str) and k in defaults
@@ -781,9 +816,14 @@ class Experiment:
         for key, text in pending.items():
             merged[key] = self._expression(text, names, where(origin[key]))  # raises with the reason
         resolved = {"name": name}
-        floats = _float_options("algorithm", name)
+        floats, ints = _float_options("algorithm", name), _int_options("algorithm", name)
         for key, default in defaults.items():
-            value = _as_declared(merged.get(key, default), key, floats)
+            value = _as_declared(merged.get(key, default), key, floats, ints)
+            if key == "clients_per_round" and _is_number(value):  # a count (4.0 from "n // 2" is 4) or a fraction
+                try:
+                    value = clients_count(value, key)
+                except ValueError as err:
+                    raise self.error(str(err), where(origin.get(key, key))) from None
             if _is_int(default) and _is_number(value):
                 if value != int(value):
                     raise self.error(f"{key} of {name} must be an integer, got {value!r}", where(origin.get(key, key)))
@@ -856,8 +896,8 @@ class Experiment:
                 if shared:  # fixed for every method: the file's per-method values give way
                     exp._drop_per_method(exp.run, name)
                 _assign(exp.run, key, value)
-                for grid in exp.grids:  # and the axes on it, for one method too when it is shared
-                    grid.axes = {k: v for k, v in grid.axes.items() if k != key
+                for grid in exp.grids:  # and the axes on it or inside it, for one method too when it is shared
+                    grid.axes = {k: v for k, v in grid.axes.items() if k != key and not k.startswith(key + ".")
                                  and not (shared and k.startswith("algorithm.") and k.split(".")[2:] == [name])}
             exp.overrides[key] = value
             exp.origins[key] = label
@@ -912,6 +952,11 @@ class Experiment:
             exp.seeds = exp.seeds[:seeds]
         for grid in exp.grids:
             grid.axes = {k: v[:values] for k, v in grid.axes.items()}
+            if "rounds" in quick:  # the grids' divergence rules lose their stall_factor too
+                grid.axes.pop("divergence.stall_factor", None)
+                if "divergence" in grid.axes:
+                    grid.axes["divergence"] = [{k: v for k, v in rule.items() if k != "stall_factor"}
+                                               if isinstance(rule, dict) else rule for rule in grid.axes["divergence"]]
             for key in counts:
                 if key in grid.axes:
                     grid.axes[key] = [exp.run[key]]
@@ -1036,8 +1081,10 @@ def _check_path(key: str, exp: Experiment, path: str):
 
 
 def _check_seeds(value, exp, path):
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
+    if _is_int(value) and value >= 0:  # one seed, or a number of trials?
+        trials = ", ".join(map(str, range(value))) if value <= 10 else f"0, 1, ..., {value - 1}"
+        more = f", or seeds=[{trials}] for {value} trial{'s' * (value > 1)}" if value else ""
+        raise exp.error(f"seeds is a list: seeds=[{value}] for seed {value}{more}", path)
     if not (isinstance(value, list) and value and all(_is_int(s) and s >= 0 for s in value)):
         raise exp.error(f"seeds must be a non-empty list of integers >= 0, got {value!r}", path)
     if len(set(value)) != len(value):

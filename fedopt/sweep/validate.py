@@ -344,8 +344,10 @@ def _time_one(config: dict, workers: int):
 
 
 def _steps(config: dict) -> int:
-    """The local steps of a run's rounds: a round's time grows with them."""
-    steps = config["algorithm"].get("local_steps")
+    """The local steps of a run's rounds (DEPOSITUM's ``comm_period``): a round's time grows with them.
+    The rule of :func:`fedopt.sweep.batching._work`, which orders the batches."""
+    algorithm = config["algorithm"]
+    steps = algorithm.get("local_steps") or algorithm.get("comm_period")
     return steps if isinstance(steps, int) and steps > 0 else 1
 
 
