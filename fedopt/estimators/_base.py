@@ -210,8 +210,8 @@ class _FederatedEstimator(BaseEstimator):
                 return float(problem.backend.xp.sum(natural_map(problem, regularizer, first, gamma) ** 2))
 
             scale = residual(x0 if previous is None else _initial(problem, seed, start))
-            if previous is not None and relative * scale <= floor:  # the scratch start is stationary: its own
-                scale = residual(x0)
+            if previous is not None and relative * scale <= floor:  # a stationary scratch start sets no scale:
+                scale = residual(x0)  # the warm start's own residual does
             tol = max(relative * scale, floor)
         try:  # a continued run draws new minibatches: its generator is seeded past the rounds already run
             result = run(self.algorithm, problem, regularizer, rounds=self.eval_every if partial else self.max_rounds,
