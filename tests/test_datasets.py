@@ -140,6 +140,20 @@ def test_stratified_test_split_keeps_class_shares():
     np.testing.assert_allclose(test / (train + test), 0.2, atol=0.02)
 
 
+@pytest.mark.parametrize(("sizes", "test_size"), [((3,) * 50, 0.2), ((5,) * 40, 0.1), ((2,) * 100, 0.2),
+                                                   ((3,) * 10, 0.5), ((7, 5, 3, 1), 0.3)])
+def test_a_stratified_split_holds_out_the_fraction_of_small_classes(sizes, test_size):
+    """Each class held out round(test_size n_c): 50 of 150 rows for 0.2 of 50 classes of 3, and none of
+    200 for 0.1 of 40 classes of 5 (halves rounded to even), which was refused as an empty split."""
+    y = np.repeat(np.arange(len(sizes)), sizes)
+    X = np.arange(len(y), dtype=float)[:, None]
+    ds = partition(X, y, 2, "iid", test_size=test_size, seed=0)
+    assert len(ds.y_test) == round(test_size * len(y))
+    held = np.bincount(ds.y_test, minlength=len(sizes))
+    assert (np.abs(held - test_size * np.array(sizes)) < 1).all()  # each class within a row of its share
+    np.testing.assert_array_equal(np.sort(np.concatenate([ds.X[:, 0], ds.X_test[:, 0]])), X[:, 0])
+
+
 def test_string_labels_and_given_test_split():
     X, y = labelled(n=100, k=3)
     names = np.array(["cat", "dog", "eel"])[y]

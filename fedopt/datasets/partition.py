@@ -221,10 +221,14 @@ def _hold_out(codes, classes, test_size, rng):
     n_test = round(test_size * n)
     if classes is None:
         held = rng.permutation(n)[:n_test]
-    else:  # stratified: every class keeps its share in the test split
+    else:  # stratified: every class keeps its share of the n_test held-out rows (largest remainders)
+        share = test_size * np.bincount(codes, minlength=len(classes))
+        counts = np.floor(share).astype(np.int64)
+        counts[np.argsort(counts - share, kind="stable")[: n_test - counts.sum()]] += 1
         held = np.concatenate([
-            idx[: round(test_size * len(idx))]
-            for idx in (rng.permutation(np.flatnonzero(codes == c)) for c in range(len(classes)))
+            idx[:count]
+            for idx, count in zip((rng.permutation(np.flatnonzero(codes == c)) for c in range(len(classes))), counts,
+                                  strict=True)
         ])
     if len(held) == 0 or len(held) == n:
         raise ValueError(f"test_size={test_size} leaves an empty train or test split of {n} samples")
