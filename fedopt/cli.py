@@ -152,6 +152,8 @@ def _run(args) -> int:
           f"seed {cfg['seed']} (run {spec.key[:12]})", flush=True)
     record = execute_run(cfg, progress=None)
     if record["status"] == "failed":
+        if args.store:
+            _store_run(args.store, exp, specs, record)
         print(f"fedopt run: the run failed: {record['error'].strip().splitlines()[-1]}", file=sys.stderr)
         return 1
     history = record["history"]
@@ -174,12 +176,7 @@ def _run(args) -> int:
         writer.writerows(zip(*history.values(), strict=True))
     print(f"    history: {out}")
     if args.store:
-        from fedopt.sweep.store import Store
-
-        with Store(args.store) as store:
-            store.register(exp, specs)
-            store.put(spec.key, cfg, record)
-        print(f"    stored in {args.store} (experiment {exp.name!r})")
+        _store_run(args.store, exp, specs, record)
     if record["status"] == "diverged":
         print(f"    {record['error']}", file=sys.stderr)
         return 1
@@ -356,6 +353,9 @@ def _store(args) -> int:
             removed = store.remove_sweep(args.sweep)
         print(f"removed sweep {removed['sweep'][:12]} and {removed['runs_removed']} runs no other sweep uses")
         return 0
+    if args.action == "ls" and args.sweep:
+        raise ValueError(f"`fedopt store ls` lists every sweep; `fedopt store show {args.store} {args.sweep}` "
+                         "shows one")
     with Store(args.store, readonly=True) as store:
         if args.action == "ls":
             sweeps = store.sweeps()
@@ -367,6 +367,16 @@ def _store(args) -> int:
         for item in [sweep] if sweep else store.sweeps():
             _show_sweep(store, item)
     return 0
+
+
+def _store_run(path, exp, specs, record) -> None:
+    """Keep ``fedopt run``'s one run (done, diverged or failed, with its traceback) in the store at ``path``."""
+    from fedopt.sweep.store import Store
+
+    with Store(path) as store:
+        store.register(exp, specs)
+        store.put(specs[0].key, specs[0].config, record)
+    print(f"    stored in {path} (experiment {exp.name!r})")
 
 
 def _data(args) -> int:

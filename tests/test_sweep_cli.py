@@ -253,6 +253,57 @@ def test_run_stores_in_an_empty_store_file(tmp_path, capsys):
         assert store.count("done") == 1
 
 
+def test_run_stores_a_failed_run_with_its_traceback(tmp_path, capsys, monkeypatch):
+    """fedopt run --store returned 1 before storing a run that raised: neither it nor its sweep was kept."""
+    import fedopt
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the method broke")
+
+    monkeypatch.setattr(fedopt, "run", broken)
+    target = tmp_path / "s.db"
+    assert main(["run", "--rounds", "1", "--store", str(target), "--out", str(tmp_path / "h.csv")]) == 1
+    assert "the run failed: RuntimeError: the method broke" in capsys.readouterr().err
+    with sweep.Store(target, readonly=True) as store:
+        assert store.count("failed") == 1
+        (member,) = store.members(store.sweeps()[0]["id"], with_history=False)
+        assert "RuntimeError: the method broke" in member["error"]
+
+
+def test_store_ls_refuses_a_sweep_and_points_to_show(tmp_path, capsys):
+    target = tmp_path / "s.db"
+    assert main(["run", "--rounds", "1", "--store", str(target), "--out", str(tmp_path / "h.csv")]) == 0
+    capsys.readouterr()
+    assert main(["store", "ls", str(target), "no-such-sweep"]) == 2
+    assert f"`fedopt store show {target} no-such-sweep` shows one" in capsys.readouterr().err
+
+
+def test_a_store_switching_to_wal_while_another_process_does_waits_for_it(tmp_path):
+    """Two processes opening a new store both switch it to WAL mode, and SQLite answers one of them
+    'locked' at once, not after its busy timeout: that one exited 2 ('stayed locked') within 2 ms."""
+    import sqlite3
+
+    class Busy:  # the connection of the process that lost the race, for its first two tries
+        def __init__(self, db):
+            self.db, self.tries = db, 0
+
+        def execute(self, statement, *args):
+            if statement.startswith("PRAGMA journal_mode"):
+                self.tries += 1
+                if self.tries <= 2:
+                    raise sqlite3.OperationalError("database is locked")
+            return self.db.execute(statement, *args)
+
+    with sweep.Store(tmp_path / "s.db") as store:
+        real, store._db = store._db, Busy(store._db)
+        store._wal(timeout=5.0)
+        assert store._db.tries == 3
+        with pytest.raises(sqlite3.OperationalError, match="locked"):  # and gives up after its timeout
+            store._db.tries = -10**6
+            store._wal(timeout=0.05)
+        store._db = real
+
+
 def test_divergence_rule_in_the_experiment_file_reaches_the_run():
     default = tiny().expand()[0]
     assert "divergence" not in default.config  # the default rule leaves the stored keys as they were

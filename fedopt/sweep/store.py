@@ -355,7 +355,7 @@ class Store:
                              f"({err.filename})") from None
         self._connect(str(self.path), timeout)
         self._version()  # refuses foreign and newer files before anything is written
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._wal(timeout)
         self._db.execute("PRAGMA synchronous=FULL")
         with self._transaction():
             version = self._version()  # again, inside the lock: another process may have migrated it
@@ -371,6 +371,19 @@ class Store:
                 self._create_sweep_tables("main")
                 self._insert_migrated(rows, "main")
                 self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def _wal(self, timeout: float) -> None:
+        """Switch to WAL mode. Two processes switching a new store at once: SQLite answers one of them
+        "locked" at once, not after its busy timeout, so that one tries again until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _connect(self, target: str, timeout: float, uri: bool = False) -> None:
         self._db = sqlite3.connect(target, timeout=timeout, isolation_level=None, uri=uri)
