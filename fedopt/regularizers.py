@@ -602,7 +602,8 @@ class MCP(Regularizer):
 
     def _values(self, x, tol):
         a = np.abs(x)
-        inner = self.lam * a - a * a / (2 * self.gamma)
+        with np.errstate(invalid="ignore"):  # inf - inf where |x| = inf, which takes the plateau below
+            inner = self.lam * a - a * a / (2 * self.gamma)
         # NaN fails every comparison, so it must fall through to inner (NaN)
         return np.where(a > self.gamma * self.lam, 0.5 * self.gamma * self.lam**2, inner).sum(axis=1)
 
@@ -639,7 +640,8 @@ class SCAD(Regularizer):
 
     def _values(self, x, tol):
         a, lam, t = self.a, self.lam, np.abs(x)
-        middle = (2 * a * lam * t - t * t - lam * lam) / (2 * (a - 1))
+        with np.errstate(invalid="ignore"):  # inf - inf where |x| = inf, which takes the plateau below
+            middle = (2 * a * lam * t - t * t - lam * lam) / (2 * (a - 1))
         # NaN fails every comparison, so it must fall through to lam * t (NaN)
         return np.where(t > a * lam, 0.5 * (a + 1) * lam * lam, np.where(t > lam, middle, lam * t)).sum(axis=1)
 
