@@ -459,8 +459,7 @@ def _run_bytes(problem, method) -> int:
     batch's stacked copy)."""
     n, p, itemsize = problem.n_clients, problem.n_params, problem.dtype.itemsize
     samples = (getattr(method, "batch_size", None) or 0) * getattr(method, "local_steps", 1)
-    draws = method.round_draws(problem) if hasattr(method, "round_draws") else 0
-    return n * ((10 + 2 * draws) * p * itemsize + 16 * samples)
+    return n * ((10 + 2 * method.round_draws(problem)) * p * itemsize + 16 * samples)
 
 
 def _free_memory(backend) -> int | None:

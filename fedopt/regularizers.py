@@ -462,8 +462,9 @@ class Box(Regularizer):
         if np.any(np.asarray(lower) > np.asarray(upper)):
             raise ValueError("the box is empty: lower > upper for some coordinate; need lower <= upper everywhere")
         for name, bound, side in (("lower", lower, math.inf), ("upper", upper, -math.inf)):
-            if np.any(np.asarray(bound) == side):
-                where = f" (coordinate {int(np.argmax(bound == side))})" if np.ndim(bound) else ""
+            unreachable = np.asarray(bound) == side
+            if unreachable.any():
+                where = f" (coordinate {int(np.argmax(unreachable))})" if unreachable.ndim else ""
                 raise ValueError(f"the box is empty: {name} = {side:+g}{where}, which no real x reaches; leave a side "
                                  "unbounded with lower = -inf or upper = +inf")
         object.__setattr__(self, "lower", lower)

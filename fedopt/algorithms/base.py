@@ -201,6 +201,12 @@ class Algorithm:
         """Why this method cannot run batched (:func:`fedopt.run_batch`), or None when it can."""
         return None
 
+    def round_draws(self, problem) -> int:
+        """How many ``(n, p)`` client arrays of random draws a round holds at once, beyond its minibatch
+        rows (a VI round draws its oracle noise up front, one array per call); :func:`fedopt.run_batch`
+        sizes its batches by it."""
+        return 0
+
     def init(self, problem, regularizer, rng: np.random.Generator, x0=None) -> State:
         raise NotImplementedError
 

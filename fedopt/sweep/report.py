@@ -752,7 +752,7 @@ def _plot_slopes(Figure, folder, grid, points, slopes, metric, ylabel, footer):
             if any(point.get(a) != v for a, v in slope.setting.items()):
                 continue
             finals = [v for v in (_final(r, metric) for r in runs if r["status"] == "done") if v is not None]
-            complete = len(finals) == len(runs) and all(v > 0 for v in finals)  # fitted: every seed done, above 0
+            complete = len(finals) == len(runs) and all(map(_loggable, finals))  # fitted: every seed done, above 0
             (seeds if complete else left).extend((point[axis], v) for v in finals)
             if finals and complete:
                 means.append((point[axis], float(np.mean(finals))))

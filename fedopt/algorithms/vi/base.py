@@ -66,12 +66,6 @@ class VIMethod(Algorithm):
         row.update(drift=state.vars["drift"], round_trips=state.vars["round_trips"])
         return row
 
-    def round_draws(self, problem) -> int:
-        """How many ``(n, p)`` client arrays of random draws a round holds at once: a round draws its
-        oracle noise up front, one array per call (none without noise). :func:`fedopt.run_batch`
-        sizes its batches by it."""
-        return 0
-
     def last_iterate(self, state):
         """The last synchronised iterate (primal), where ``distance_last`` is measured."""
         return state.vars["z"]
